@@ -1,0 +1,17 @@
+//! gm's actors. Each concern is an actor that owns its state and is reached only by typed
+//! messages; nothing here knows about verbs, MCP or JSON-RPC.
+//!
+//! - [`transport`]: the stdin reader thread and the stdout writer (protocol lines only).
+//! - [`scheduler`]: the `--max-inflight` slots and the rule that a shell runs alone.
+//! - [`file_locks`]: reader/writer locks keyed by file identity (device + inode), so a symlink
+//!   or a hard link to a file shares that file's lock.
+//! - [`log_writer`]: the run log's only writer; assigns `seq`, group-commits, answers queries.
+//! - [`js_engine`]: QuickJS runtimes for run_code bodies, on a thread of their own.
+//!
+//! Jobs, McpClient and Updater are later actors; they follow the same shape.
+
+pub mod file_locks;
+pub mod js_engine;
+pub mod log_writer;
+pub mod scheduler;
+pub mod transport;

@@ -1,0 +1,383 @@
+//! The run log: `.gm/log.jsonl`, one JSON object per line, written only by this actor.
+//!
+//! Every line starts with `seq` (strictly increasing, continued across restarts), `ts`
+//! (RFC 3339, UTC), `run` and `kind`, then the event's own fields.
+//!
+//! Durability: events are buffered and group-committed — written and fdatasync'ed together
+//! at most [`COMMIT_INTERVAL`] after the first unsynced event. A [`Flush`] (sent by `finish`
+//! before it replies) writes and syncs everything at once. A crash can lose at most the last
+//! commit interval of events; a torn last line is cut off at the next open, and nothing
+//! before it is lost.
+
+use std::collections::VecDeque;
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use actix::prelude::*;
+use serde_json::{Map, Value};
+
+pub const COMMIT_INTERVAL: Duration = Duration::from_millis(5);
+const TAIL_KEEP: usize = 64;
+const OPEN_SCAN_BYTES: u64 = 1 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    #[error("cannot open the run log {path}: {source}")]
+    Open { path: PathBuf, source: std::io::Error },
+    #[error("cannot write the run log: {0}")]
+    Write(#[from] std::io::Error),
+}
+
+/// What [`LogWriter::open`] found in an existing log.
+#[derive(Debug, Clone, Default)]
+pub struct OpenReport {
+    /// The last `seq` already in the file (0 for a new log).
+    pub last_seq: u64,
+    /// Bytes of a torn last line that were cut off.
+    pub repaired_bytes: u64,
+}
+
+pub struct LogWriter {
+    path: PathBuf,
+    file: File,
+    buf: Vec<u8>,
+    seq: u64,
+    run: String,
+    tail: VecDeque<String>,
+    commit_scheduled: bool,
+    failed: Option<String>,
+}
+
+impl LogWriter {
+    /// Opens (or creates) the log at `path`, repairing a torn last line.
+    pub fn open(path: &Path, run: &str) -> Result<(Self, OpenReport), LogError> {
+        let open_err = |source| LogError::Open { path: path.to_owned(), source };
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(open_err)?;
+        }
+        let mut file = OpenOptions::new().read(true).create(true).append(true).open(path).map_err(open_err)?;
+        let report = repair_and_scan(&mut file).map_err(open_err)?;
+        let writer = Self {
+            path: path.to_owned(),
+            file,
+            buf: Vec::with_capacity(64 * 1024),
+            seq: report.last_seq,
+            run: run.to_owned(),
+            tail: VecDeque::with_capacity(TAIL_KEEP),
+            commit_scheduled: false,
+            failed: None,
+        };
+        Ok((writer, report))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Serializes one event into the buffer and returns its seq.
+    pub fn append(&mut self, event: Event) -> u64 {
+        self.seq += 1;
+        let start = self.buf.len();
+        let ts = now_rfc3339();
+        self.buf.extend_from_slice(b"{\"seq\":");
+        self.buf.extend_from_slice(self.seq.to_string().as_bytes());
+        self.buf.extend_from_slice(b",\"ts\":\"");
+        self.buf.extend_from_slice(ts.as_bytes());
+        self.buf.extend_from_slice(b"\",\"run\":");
+        write_json_str(&mut self.buf, &self.run);
+        self.buf.extend_from_slice(b",\"kind\":");
+        write_json_str(&mut self.buf, &event.kind);
+        for (k, v) in &event.fields {
+            if matches!(k.as_str(), "seq" | "ts" | "run" | "kind") {
+                continue;
+            }
+            self.buf.push(b',');
+            write_json_str(&mut self.buf, k);
+            self.buf.push(b':');
+            // Writing a Value into a Vec cannot fail.
+            let _ = serde_json::to_writer(&mut self.buf, v);
+        }
+        self.buf.extend_from_slice(b"}\n");
+        if self.tail.len() == TAIL_KEEP {
+            self.tail.pop_front();
+        }
+        self.tail.push_back(String::from_utf8_lossy(&self.buf[start..self.buf.len() - 1]).into_owned());
+        self.seq
+    }
+
+    /// Writes the buffer to the file and syncs it.
+    pub fn commit(&mut self) -> Result<(), LogError> {
+        if !self.buf.is_empty() {
+            let res = self.file.write_all(&self.buf);
+            self.buf.clear();
+            res?;
+            self.file.sync_data()?;
+        }
+        Ok(())
+    }
+
+    /// Writes the buffer to the file without syncing (for readers in this process).
+    fn write_out(&mut self) -> Result<(), LogError> {
+        if !self.buf.is_empty() {
+            let res = self.file.write_all(&self.buf);
+            self.buf.clear();
+            res?;
+        }
+        Ok(())
+    }
+
+    fn note_failure(&mut self, res: Result<(), LogError>) {
+        if let Err(e) = res {
+            eprintln!("gm: {e}");
+            self.failed = Some(e.to_string());
+        }
+    }
+
+    pub fn last_seq(&self) -> u64 {
+        self.seq
+    }
+}
+
+fn repair_and_scan(file: &mut File) -> std::io::Result<OpenReport> {
+    let len = file.metadata()?.len();
+    if len == 0 {
+        return Ok(OpenReport::default());
+    }
+    let start = len.saturating_sub(OPEN_SCAN_BYTES);
+    file.seek(SeekFrom::Start(start))?;
+    let mut tail = Vec::with_capacity((len - start) as usize);
+    file.read_to_end(&mut tail)?;
+    let mut repaired_bytes = 0;
+    if tail.last() != Some(&b'\n') {
+        let keep = tail.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        // A log whose only line is torn and longer than the scan window keeps nothing.
+        let keep_abs = if keep == 0 && start > 0 { start } else { start + keep as u64 };
+        repaired_bytes = len - keep_abs;
+        file.set_len(keep_abs)?;
+        file.sync_data()?;
+        tail.truncate(keep);
+    }
+    let last_seq = tail
+        .split(|&b| b == b'\n')
+        .rev()
+        .filter_map(|line| serde_json::from_slice::<Value>(line).ok())
+        .find_map(|v| v.get("seq").and_then(Value::as_u64))
+        .unwrap_or(0);
+    file.seek(SeekFrom::End(0))?;
+    Ok(OpenReport { last_seq, repaired_bytes })
+}
+
+fn write_json_str(buf: &mut Vec<u8>, s: &str) {
+    let _ = serde_json::to_writer(&mut *buf, s);
+}
+
+/// Now, as RFC 3339 in UTC with millisecond precision.
+pub fn now_rfc3339() -> String {
+    let now = time::OffsetDateTime::now_utc();
+    let format =
+        time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z");
+    now.format(&format).unwrap_or_default()
+}
+
+/// One log event: its kind and its own fields (an object).
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "u64")]
+pub struct Event {
+    pub kind: String,
+    pub fields: Map<String, Value>,
+}
+
+impl Event {
+    pub fn new(kind: &str, fields: Value) -> Self {
+        let fields = match fields {
+            Value::Object(map) => map,
+            Value::Null => Map::new(),
+            other => {
+                let mut map = Map::new();
+                map.insert("value".into(), other);
+                map
+            }
+        };
+        Self { kind: kind.to_owned(), fields }
+    }
+}
+
+/// Write and sync everything appended so far.
+#[derive(Debug, Message)]
+#[rtype(result = "Result<u64, String>")]
+pub struct Flush;
+
+/// Read events back from the file.
+#[derive(Debug, Clone, Default, Message)]
+#[rtype(result = "Result<QueryResult, String>")]
+pub struct Query {
+    pub kind: Option<String>,
+    pub since_seq: Option<u64>,
+    pub limit: usize,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct QueryResult {
+    pub events: Vec<Value>,
+    /// Events that matched past `limit`.
+    pub more: usize,
+    pub last_seq: u64,
+}
+
+/// The last `n` events appended in this process (at most 64), oldest first.
+#[derive(Debug, Message)]
+#[rtype(result = "Vec<Value>")]
+pub struct Tail(pub usize);
+
+impl Actor for LogWriter {
+    type Context = Context<Self>;
+
+    fn stopping(&mut self, _: &mut Context<Self>) -> Running {
+        let res = self.commit();
+        self.note_failure(res);
+        Running::Stop
+    }
+}
+
+impl Drop for LogWriter {
+    fn drop(&mut self) {
+        let _ = self.commit();
+    }
+}
+
+impl Handler<Event> for LogWriter {
+    type Result = u64;
+    fn handle(&mut self, event: Event, ctx: &mut Context<Self>) -> u64 {
+        let seq = self.append(event);
+        if !self.commit_scheduled {
+            self.commit_scheduled = true;
+            ctx.run_later(COMMIT_INTERVAL, |act, _| {
+                act.commit_scheduled = false;
+                let res = act.commit();
+                act.note_failure(res);
+            });
+        }
+        seq
+    }
+}
+
+impl Handler<Flush> for LogWriter {
+    type Result = Result<u64, String>;
+    fn handle(&mut self, _: Flush, _: &mut Context<Self>) -> Self::Result {
+        self.commit().map_err(|e| e.to_string())?;
+        Ok(self.seq)
+    }
+}
+
+impl Handler<Tail> for LogWriter {
+    type Result = Vec<Value>;
+    fn handle(&mut self, msg: Tail, _: &mut Context<Self>) -> Vec<Value> {
+        let skip = self.tail.len().saturating_sub(msg.0);
+        self.tail.iter().skip(skip).filter_map(|l| serde_json::from_str(l).ok()).collect()
+    }
+}
+
+impl Handler<Query> for LogWriter {
+    type Result = Result<QueryResult, String>;
+    fn handle(&mut self, q: Query, _: &mut Context<Self>) -> Self::Result {
+        self.write_out().map_err(|e| e.to_string())?;
+        query_file(&self.path, &q).map_err(|e| e.to_string())
+    }
+}
+
+/// Reads matching events from a log file. Lines that do not parse (a torn last line being
+/// written by another process) are skipped.
+pub fn query_file(path: &Path, q: &Query) -> std::io::Result<QueryResult> {
+    let mut out = QueryResult::default();
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(e),
+    };
+    let since = q.since_seq.unwrap_or(0);
+    for line in BufReader::new(file).split(b'\n') {
+        let line = line?;
+        let Ok(v) = serde_json::from_slice::<Value>(&line) else { continue };
+        let seq = v.get("seq").and_then(Value::as_u64).unwrap_or(0);
+        out.last_seq = out.last_seq.max(seq);
+        if seq <= since {
+            continue;
+        }
+        if let Some(kind) = &q.kind {
+            if v.get("kind").and_then(Value::as_str) != Some(kind.as_str()) {
+                continue;
+            }
+        }
+        if out.events.len() < q.limit {
+            out.events.push(v);
+        } else {
+            out.more += 1;
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn temp_log(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("gm-log-test-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir.join("log.jsonl")
+    }
+
+    #[test]
+    fn seq_continues_across_reopen() {
+        let path = temp_log("reopen");
+        {
+            let (mut w, report) = LogWriter::open(&path, "r1").expect("open");
+            assert_eq!(report.last_seq, 0);
+            w.append(Event::new("start", json!({})));
+            w.append(Event::new("action", json!({"tool": "x"})));
+            w.commit().expect("commit");
+        }
+        let (mut w, report) = LogWriter::open(&path, "r2").expect("reopen");
+        assert_eq!(report.last_seq, 2);
+        assert_eq!(w.append(Event::new("start", json!({}))), 3);
+    }
+
+    #[test]
+    fn a_torn_last_line_is_cut_and_earlier_lines_are_kept() {
+        let path = temp_log("torn");
+        {
+            let (mut w, _) = LogWriter::open(&path, "r1").expect("open");
+            w.append(Event::new("start", json!({"a": 1})));
+            w.commit().expect("commit");
+        }
+        let mut f = OpenOptions::new().append(true).open(&path).expect("append");
+        let torn = b"{\"seq\":2,\"ts\":\"x\",\"ki";
+        f.write_all(torn).expect("write torn");
+        drop(f);
+        let (w, report) = LogWriter::open(&path, "r2").expect("reopen");
+        assert_eq!(report.last_seq, 1);
+        assert_eq!(report.repaired_bytes, torn.len() as u64);
+        drop(w);
+        let text = std::fs::read_to_string(&path).expect("read");
+        assert_eq!(text.lines().count(), 1);
+        let first: Value = serde_json::from_str(text.lines().next().expect("line")).expect("json");
+        assert_eq!(first["a"], 1);
+        assert_eq!(first["kind"], "start");
+    }
+
+    #[test]
+    fn reserved_fields_cannot_be_overridden_by_an_event() {
+        let path = temp_log("reserved");
+        let (mut w, _) = LogWriter::open(&path, "run-x").expect("open");
+        w.append(Event::new("action", json!({"seq": 99, "run": "evil", "ok": true})));
+        w.commit().expect("commit");
+        let line = std::fs::read_to_string(&path).expect("read");
+        let v: Value = serde_json::from_str(line.trim()).expect("json");
+        assert_eq!(v["seq"], 1);
+        assert_eq!(v["run"], "run-x");
+        assert_eq!(v["ok"], true);
+    }
+}

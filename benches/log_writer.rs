@@ -1,0 +1,49 @@
+//! LogWriter throughput: events appended into the buffer, and appended with the group-commit
+//! policy gm uses (one write + fdatasync per batch).
+//!
+//! Run: `cargo bench --bench log_writer`.
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use gm_actors::log_writer::{Event, LogWriter};
+use serde_json::json;
+
+fn event() -> Event {
+    Event::new(
+        "action",
+        json!({ "tool": "stat_file", "id": 17, "args": { "path": "src/main.rs" }, "outcome": "ok", "ms": 0.042, "inFlight": 1 }),
+    )
+}
+
+fn bench(c: &mut Criterion) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut group = c.benchmark_group("log_writer");
+    group.throughput(Throughput::Elements(1));
+    let (mut w, _) = LogWriter::open(&dir.path().join("buffered.jsonl"), "bench").expect("open");
+    group.bench_function("append_buffered", |b| {
+        b.iter(|| w.append(event()));
+        // Keep the buffer from growing without bound between samples.
+        let _ = w.commit();
+    });
+    drop(w);
+
+    // Group commit: 1000 events, then one write + fdatasync, as a busy server would batch them.
+    const BATCH: u64 = 1000;
+    group.throughput(Throughput::Elements(BATCH));
+    let (mut w, _) = LogWriter::open(&dir.path().join("group.jsonl"), "bench").expect("open");
+    group.bench_function("append_group_commit_1000", |b| {
+        b.iter_batched(
+            || (),
+            |()| {
+                for _ in 0..BATCH {
+                    w.append(event());
+                }
+                w.commit().expect("commit");
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,25 @@
+//! gm: the worker of a single-worker, long-horizon agent loop, served over MCP.
+//!
+//! A guided tour:
+//!
+//! - [`protocol`]: the edge. JSON-RPC framing and MCP shapes; no other module sees them.
+//! - [`server`]: method dispatch for one stdio connection; tools/call admission and logging.
+//! - [`surface`]: the default surface (`next_context`, `run_code`, `finish`) and
+//!   `--surface tools`, both derived from the verb registry.
+//! - [`run`]: the run loop's tools: a step, a JS body, the end of a run.
+//! - [`verbs`]: the registry and the verbs themselves, as plain library code.
+//! - [`js`]: the bridge from run_code bodies to verbs (`gm.<verb>(args)`).
+//! - [`skills`]: the skill files served as resources, SEP-2640 skills and prompts.
+//! - [`serve`]: wiring the actors (crate `gm-actors`) together for `gm serve` and the CLI.
+//!
+//! Invariants: protocol types live only in `protocol` and `server`; verbs never see
+//! JSON-RPC; actors never see verbs; the LogWriter actor is the only writer of the run log.
+
+pub mod js;
+pub mod protocol;
+pub mod run;
+pub mod serve;
+pub mod server;
+pub mod skills;
+pub mod surface;
+pub mod verbs;

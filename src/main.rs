@@ -1,0 +1,126 @@
+//! The `gm` binary: `gm serve` and one subcommand per verb. Only glue lives here.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{value_parser, Arg, ArgAction, ArgMatches, Command};
+use gm::serve::{self, ServeOptions, DEFAULT_MAX_INFLIGHT, DEFAULT_MAX_LINE_BYTES, DEFAULT_PAGE_SIZE};
+use gm::surface::Surface;
+use gm::verbs;
+use serde_json::{json, Value};
+
+fn workspace_arg() -> Arg {
+    Arg::new("workspace")
+        .long("workspace")
+        .short('w')
+        .value_name("DIR")
+        .value_parser(value_parser!(PathBuf))
+        .help("The workspace directory (default: the current directory)")
+}
+
+fn cli() -> Command {
+    let mut cmd = Command::new("gm")
+        .version(env!("CARGO_PKG_VERSION"))
+        .about("gm: the hands and memory of a long-horizon coding agent, as an MCP server")
+        .subcommand_required(true)
+        .arg_required_else_help(true)
+        .subcommand(
+            Command::new("serve")
+                .about("Serve MCP over stdio in the workspace")
+                .arg(workspace_arg())
+                .arg(
+                    Arg::new("surface")
+                        .long("surface")
+                        .value_parser(value_parser!(Surface))
+                        .default_value("code")
+                        .help("code: next_context, run_code, finish; tools: every verb as its own tool"),
+                )
+                .arg(
+                    Arg::new("max-inflight")
+                        .long("max-inflight")
+                        .value_parser(value_parser!(usize))
+                        .help(format!("Calls that may run at once [default: {DEFAULT_MAX_INFLIGHT}]")),
+                )
+                .arg(
+                    Arg::new("max-line-bytes")
+                        .long("max-line-bytes")
+                        .value_parser(value_parser!(usize))
+                        .help(format!("Longest JSON-RPC message read; longer ones are dropped unread with an error [default: {DEFAULT_MAX_LINE_BYTES}]")),
+                )
+                .arg(
+                    Arg::new("page-size")
+                        .long("page-size")
+                        .value_parser(value_parser!(usize))
+                        .help(format!("Items per page of tools/list, resources/list and skills/list [default: {DEFAULT_PAGE_SIZE}]")),
+                ),
+        );
+    for v in verbs::registry() {
+        cmd = cmd.subcommand(
+            Command::new(v.name)
+                .about(v.description)
+                .arg(
+                    Arg::new("args")
+                        .value_name("JSON")
+                        .default_value("{}")
+                        .help("The verb's arguments as a JSON object"),
+                )
+                .arg(workspace_arg())
+                .arg(
+                    Arg::new("schema")
+                        .long("schema")
+                        .action(ArgAction::SetTrue)
+                        .help("Print the argument schema and exit"),
+                ),
+        );
+    }
+    cmd
+}
+
+fn workspace_of(m: &ArgMatches) -> PathBuf {
+    m.get_one::<PathBuf>("workspace").cloned().unwrap_or_else(|| PathBuf::from("."))
+}
+
+fn main() -> ExitCode {
+    let matches = cli().get_matches();
+    let Some((name, sub)) = matches.subcommand() else { return ExitCode::from(2) };
+    if name == "serve" {
+        let opts = ServeOptions {
+            workspace: workspace_of(sub),
+            surface: sub.get_one::<Surface>("surface").copied().unwrap_or(Surface::Code),
+            max_inflight: sub.get_one::<usize>("max-inflight").copied().unwrap_or(DEFAULT_MAX_INFLIGHT),
+            max_line_bytes: sub.get_one::<usize>("max-line-bytes").copied().unwrap_or(DEFAULT_MAX_LINE_BYTES),
+            page_size: sub.get_one::<usize>("page-size").copied().unwrap_or(DEFAULT_PAGE_SIZE),
+        };
+        return match serve::serve(opts) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("gm: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let Some(verb) = verbs::find(name) else { return ExitCode::from(2) };
+    if sub.get_flag("schema") {
+        println!("{}", serde_json::to_string_pretty(&(verb.schema)()).unwrap_or_default());
+        return ExitCode::SUCCESS;
+    }
+    let text = sub.get_one::<String>("args").map(String::as_str).unwrap_or("{}");
+    let args: Value = match serde_json::from_str(text) {
+        Ok(v) => v,
+        Err(e) => {
+            let err = json!({ "error": { "code": "invalid_args", "message": format!("arguments are not JSON: {e}") } });
+            println!("{}", serde_json::to_string_pretty(&err).unwrap_or_default());
+            return ExitCode::from(2);
+        }
+    };
+    match serve::run_verb(&workspace_of(sub), name, args) {
+        Ok(v) => {
+            println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            println!("{}", serde_json::to_string_pretty(&json!({ "error": e })).unwrap_or_default());
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,130 @@
+//! Starting gm: the actors and the server for `gm serve`, and the one-shot CLI verb runner.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use actix::prelude::*;
+use gm_actors::file_locks::FileLocks;
+use gm_actors::js_engine::JsEngine;
+use gm_actors::log_writer::{Event, LogError, LogWriter};
+use gm_actors::scheduler::Scheduler;
+use gm_actors::transport::{spawn_stdin_reader, StdoutWriter};
+use serde_json::{json, Value};
+
+use crate::server::{App, Server};
+use crate::skills::Skills;
+use crate::surface::Surface;
+use crate::verbs::{self, Ctx, VerbError};
+
+pub const DEFAULT_MAX_INFLIGHT: usize = 8;
+/// The longest JSON-RPC line gm reads; longer lines are dropped unread and answered with an error.
+pub const DEFAULT_MAX_LINE_BYTES: usize = 64 << 20;
+pub const DEFAULT_PAGE_SIZE: usize = 100;
+
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    pub workspace: PathBuf,
+    pub surface: Surface,
+    pub max_inflight: usize,
+    pub max_line_bytes: usize,
+    pub page_size: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("workspace {path}: {source}")]
+    Workspace { path: PathBuf, source: std::io::Error },
+    #[error(transparent)]
+    Log(#[from] LogError),
+    #[error("cannot start the stdin reader: {0}")]
+    Stdin(std::io::Error),
+    #[error("the actor system failed: {0}")]
+    System(std::io::Error),
+}
+
+pub fn workspace(path: &Path) -> Result<PathBuf, ServeError> {
+    let canonical =
+        std::fs::canonicalize(path).map_err(|source| ServeError::Workspace { path: path.to_owned(), source })?;
+    if !canonical.is_dir() {
+        let source = std::io::Error::new(std::io::ErrorKind::NotADirectory, "not a directory");
+        return Err(ServeError::Workspace { path: path.to_owned(), source });
+    }
+    Ok(canonical)
+}
+
+/// A run id: UTC start time plus a random suffix, sortable and unique.
+pub fn new_run_id() -> String {
+    let now = time::OffsetDateTime::now_utc();
+    let stamp =
+        now.format(time::macros::format_description!("[year][month][day]T[hour][minute][second]Z")).unwrap_or_default();
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    format!("{stamp}-{}", &id[..8])
+}
+
+/// Serves MCP on stdio until stdin closes.
+pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
+    let workspace = workspace(&opts.workspace)?;
+    let system = System::new();
+    let started: Result<(), ServeError> = system.block_on(async {
+        let run_id = new_run_id();
+        let state_dir = workspace.join(".gm");
+        let (writer, report) = LogWriter::open(&state_dir.join("log.jsonl"), &run_id)?;
+        let log = writer.start();
+        let skills = Arc::new(Skills::locate());
+        let ctx = Ctx {
+            workspace: workspace.clone(),
+            state_dir,
+            locks: FileLocks::default().start(),
+            log: Some(log.clone()),
+            skills: skills.clone(),
+        };
+        log.do_send(Event::new(
+            "start",
+            json!({
+                "pid": std::process::id(),
+                "version": env!("CARGO_PKG_VERSION"),
+                "workspace": workspace,
+                "surface": opts.surface.as_str(),
+                "maxInflight": opts.max_inflight,
+                "skills": skills.source(),
+                "previousSeq": report.last_seq,
+                "repairedBytes": report.repaired_bytes,
+            }),
+        ));
+        if report.repaired_bytes > 0 {
+            eprintln!("gm: cut a torn last line ({} bytes) from the run log", report.repaired_bytes);
+        }
+        let app = App {
+            ctx,
+            surface: opts.surface,
+            run_id,
+            scheduler: Scheduler::new(opts.max_inflight).start(),
+            js: JsEngine::spawn(),
+            out: StdoutWriter::default().start(),
+            max_line_bytes: opts.max_line_bytes,
+            page_size: opts.page_size.max(1),
+        };
+        let server = Server::new(app).start();
+        spawn_stdin_reader(opts.max_line_bytes, server.recipient()).map_err(ServeError::Stdin)?;
+        Ok(())
+    });
+    started?;
+    system.run().map_err(ServeError::System)
+}
+
+/// Runs one verb in `workspace` and returns its result or its structured error.
+pub fn run_verb(workspace_dir: &Path, name: &str, args: Value) -> Result<Value, Value> {
+    let workspace =
+        workspace(workspace_dir).map_err(|e| json!({ "code": "invalid_args", "message": e.to_string() }))?;
+    let system = System::new();
+    system.block_on(async move {
+        let ctx = Ctx {
+            state_dir: workspace.join(".gm"),
+            workspace,
+            locks: FileLocks::default().start(),
+            log: None,
+            skills: Arc::new(Skills::locate()),
+        };
+        verbs::call(ctx, name, args).await.map_err(|e: VerbError| e.to_json())
+    })
+}

@@ -1,0 +1,536 @@
+//! Method dispatch: one JSON-RPC message in, at most one reply out.
+//!
+//! The server is an actor on the main arbiter. Quick methods answer inline; a tools/call runs
+//! as a future on the same arbiter (no cross-thread hop), admitted by the Scheduler, and its
+//! reply goes out by id as soon as it is done, so parallel calls overlap.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use futures::future::{join_all, LocalBoxFuture};
+use futures::FutureExt;
+use gm_actors::js_engine::{CancelToken, JsEngine};
+use gm_actors::log_writer::{Event, Flush};
+use gm_actors::scheduler::{Admit, Scheduler};
+use gm_actors::transport::{Incoming, Send as SendLine, StdoutWriter};
+use serde_json::{json, Map, Value};
+
+use crate::js::millis;
+use crate::protocol::jsonrpc::{self, Message, RpcError};
+use crate::protocol::mcp;
+use crate::run::{self, RunState};
+use crate::skills;
+use crate::surface::{self, Surface};
+use crate::verbs::{self, Ctx, Effect, VerbError};
+
+/// How long calls still running when stdin closes may take to reply.
+const SHUTDOWN_GRACE: Duration = Duration::from_millis(700);
+
+/// What every call can use; fixed for the life of the server.
+pub struct App {
+    pub ctx: Ctx,
+    pub surface: Surface,
+    pub run_id: String,
+    pub scheduler: Addr<Scheduler>,
+    pub js: Addr<JsEngine>,
+    pub out: Addr<StdoutWriter>,
+    pub max_line_bytes: usize,
+    pub page_size: usize,
+}
+
+/// Per-connection state. Owned by the server actor; its futures (same thread) borrow it
+/// briefly and never across an await.
+#[derive(Default)]
+struct Session {
+    protocol: Option<&'static str>,
+    skill_read: bool,
+    run: RunState,
+    next_body: u64,
+    /// Calls in progress, by request id, and how to cancel them.
+    running: HashMap<String, Running>,
+}
+
+#[derive(Clone)]
+enum Running {
+    Cancellable(CancelToken),
+    Uncancellable { tool: String },
+}
+
+pub struct Server {
+    app: Rc<App>,
+    session: Rc<RefCell<Session>>,
+}
+
+impl Server {
+    pub fn new(app: App) -> Self {
+        Self { app: Rc::new(app), session: Rc::new(RefCell::new(Session::default())) }
+    }
+
+    fn send(&self, v: Value) {
+        self.app.out.do_send(SendLine(v.to_string()));
+    }
+
+    fn on_line(&self, line: String) {
+        let v: Value = match serde_json::from_str(&line) {
+            Ok(v) => v,
+            Err(e) => {
+                let err = RpcError::new(jsonrpc::PARSE_ERROR, format!("parse error: {e}"));
+                return self.send(jsonrpc::error(&Value::Null, &err));
+            }
+        };
+        if let Value::Array(items) = v {
+            let protocol = self.session.borrow().protocol;
+            if protocol != Some(mcp::BATCH_VERSION) || items.is_empty() {
+                let why = if items.is_empty() {
+                    "an empty batch is not a request".to_owned()
+                } else {
+                    format!(
+                        "JSON-RPC batches are only part of protocol {}; this connection speaks {}",
+                        mcp::BATCH_VERSION,
+                        protocol.unwrap_or("no version yet (initialize first)")
+                    )
+                };
+                return self.send(jsonrpc::error(&Value::Null, &RpcError::new(jsonrpc::INVALID_REQUEST, why)));
+            }
+            let replies: Vec<_> = items.into_iter().map(|m| self.dispatch(m).into_future()).collect();
+            let out = self.app.out.clone();
+            actix::spawn(async move {
+                let replies: Vec<Value> = join_all(replies).await.into_iter().flatten().collect();
+                if !replies.is_empty() {
+                    out.do_send(SendLine(Value::Array(replies).to_string()));
+                }
+            });
+            return;
+        }
+        match self.dispatch(v) {
+            Reply::Now(Some(r)) => self.send(r),
+            Reply::Now(None) => {}
+            Reply::Later(fut) => {
+                let out = self.app.out.clone();
+                actix::spawn(async move {
+                    if let Some(r) = fut.await {
+                        out.do_send(SendLine(r.to_string()));
+                    }
+                });
+            }
+        }
+    }
+
+    /// Handles one message. Quick methods answer now; tools/call answers later.
+    fn dispatch(&self, v: Value) -> Reply {
+        match jsonrpc::classify(v) {
+            Message::Invalid { id, error } => Reply::Now(Some(jsonrpc::error(&id, &error))),
+            Message::Response => Reply::Now(None),
+            Message::Notification { method, params } => {
+                self.on_notification(&method, &params);
+                Reply::Now(None)
+            }
+            Message::Request { id, method, params } => {
+                if method == "tools/call" {
+                    // The read gate is judged in arrival order: a run_code sent before the
+                    // skill read is refused even if it would start after it.
+                    let gate_open = self.session.borrow().skill_read;
+                    return Reply::Later(Box::pin(call_tool(
+                        self.app.clone(),
+                        self.session.clone(),
+                        id,
+                        params,
+                        gate_open,
+                    )));
+                }
+                let reply = match self.on_request(&method, params) {
+                    Ok(result) => jsonrpc::result(&id, result),
+                    Err(e) => jsonrpc::error(&id, &e),
+                };
+                Reply::Now(Some(reply))
+            }
+        }
+    }
+
+    fn on_notification(&self, method: &str, params: &Value) {
+        if method != "notifications/cancelled" {
+            return;
+        }
+        let Some(request) = params.get("requestId") else { return };
+        let running = self.session.borrow().running.get(&id_key(request)).cloned();
+        match running {
+            Some(Running::Cancellable(token)) => token.cancel(),
+            Some(Running::Uncancellable { tool }) => self.log(
+                "cancel-ignored",
+                json!({ "requestId": request, "tool": tool, "reason": params.get("reason"), "why": "this call cannot be cancelled; it runs on" }),
+            ),
+            None => self.log(
+                "cancel-ignored",
+                json!({ "requestId": request, "reason": params.get("reason"), "why": "no call with this id is running" }),
+            ),
+        }
+    }
+
+    fn log(&self, kind: &str, fields: Value) {
+        if let Some(log) = &self.app.ctx.log {
+            log.do_send(Event::new(kind, fields));
+        }
+    }
+
+    fn on_request(&self, method: &str, params: Value) -> Result<Value, RpcError> {
+        match method {
+            "initialize" => {
+                let requested = params.get("protocolVersion").and_then(Value::as_str);
+                let version = mcp::negotiate(requested);
+                self.session.borrow_mut().protocol = Some(version);
+                self.log(
+                    "initialize",
+                    json!({ "requested": requested, "protocolVersion": version, "client": params.get("clientInfo") }),
+                );
+                Ok(json!({
+                    "protocolVersion": version,
+                    "capabilities": mcp::capabilities(),
+                    "serverInfo": mcp::server_info(),
+                    "instructions": instructions(),
+                }))
+            }
+            "server/discover" => Ok(json!({
+                "supportedVersions": mcp::PROTOCOL_VERSIONS,
+                "capabilities": mcp::capabilities(),
+                "serverInfo": mcp::server_info(),
+                "instructions": instructions(),
+            })),
+            "ping" | "logging/setLevel" => Ok(json!({})),
+            "tools/list" => {
+                let tools = surface::tools(self.app.surface);
+                let (page, next) = paginate(tools, &params, self.app.page_size)?;
+                Ok(with_cursor(json!({ "tools": page }), next))
+            }
+            "resources/list" => {
+                let resources: Vec<Value> = self
+                    .app
+                    .ctx
+                    .skills
+                    .files()
+                    .into_iter()
+                    .map(|f| {
+                        json!({
+                            "uri": f.uri,
+                            "name": format!("{}/{}", f.skill, f.file),
+                            "mimeType": "text/markdown",
+                            "size": f.size,
+                            "_meta": { "digest": f.digest },
+                        })
+                    })
+                    .collect();
+                let (page, next) = paginate(resources, &params, self.app.page_size)?;
+                Ok(with_cursor(json!({ "resources": page }), next))
+            }
+            "resources/templates/list" => Ok(json!({ "resourceTemplates": [] })),
+            "resources/read" => self.read_resource(&params),
+            "prompts/list" => Ok(json!({ "prompts": prompts() })),
+            "prompts/get" => self.get_prompt(&params),
+            "skills/list" => {
+                let skills = &self.app.ctx.skills;
+                let entries: Vec<Value> = skills.names().iter().filter_map(|n| skills.entry(n).ok()).collect();
+                let (page, next) = paginate(entries, &params, self.app.page_size)?;
+                Ok(with_cursor(json!({ "skills": page }), next))
+            }
+            "skills/get" => {
+                let uri = str_param(&params, "uri")?;
+                let skill = uri
+                    .strip_prefix("skill://")
+                    .and_then(|r| r.strip_suffix("/SKILL.md"))
+                    .ok_or_else(|| RpcError::invalid_params(format!("not a SKILL.md URI: {uri}")))?;
+                self.app.ctx.skills.entry(skill).map_err(|e| {
+                    RpcError::new(jsonrpc::RESOURCE_NOT_FOUND, e.to_string()).with_data(json!({ "uri": uri }))
+                })
+            }
+            other => Err(RpcError::new(jsonrpc::METHOD_NOT_FOUND, format!("method not found: {other}"))),
+        }
+    }
+
+    fn read_resource(&self, params: &Value) -> Result<Value, RpcError> {
+        let uri = str_param(params, "uri")?;
+        let text =
+            self.app.ctx.skills.read(uri).map_err(|e| {
+                RpcError::new(jsonrpc::RESOURCE_NOT_FOUND, e.to_string()).with_data(json!({ "uri": uri }))
+            })?;
+        if uri == "skill://gm/SKILL.md" {
+            self.session.borrow_mut().skill_read = true;
+        }
+        self.log("skill-read", json!({ "uri": uri, "bytes": text.len() }));
+        Ok(json!({ "contents": [{ "uri": uri, "mimeType": "text/markdown", "text": text }] }))
+    }
+
+    fn get_prompt(&self, params: &Value) -> Result<Value, RpcError> {
+        let name = str_param(params, "name")?;
+        let args = params.get("arguments").cloned().unwrap_or(json!({}));
+        let (uri, description) = match name {
+            "gm" => ("skill://gm/SKILL.md", "Run a task with gm: the loop and the seven rules."),
+            "gm-continue" => ("skill://gm-continue/SKILL.md", "Continue a gm run that was handed off."),
+            other => return Err(RpcError::invalid_params(format!("unknown prompt: {other}"))),
+        };
+        let text = self.app.ctx.skills.read(uri).map_err(|e| RpcError::new(jsonrpc::INTERNAL_ERROR, e.to_string()))?;
+        let mut body = skills::body(&text).to_owned();
+        if name == "gm" {
+            if let Some(task) = args.get("task").and_then(Value::as_str).filter(|t| !t.trim().is_empty()) {
+                self.session.borrow_mut().run.task = Some(task.to_owned());
+                body.push_str(&format!("\n\n## Task\n\n{task}\n"));
+            }
+        }
+        Ok(json!({
+            "description": description,
+            "messages": [{ "role": "user", "content": { "type": "text", "text": body } }],
+        }))
+    }
+}
+
+enum Reply {
+    Now(Option<Value>),
+    Later(LocalBoxFuture<'static, Option<Value>>),
+}
+
+impl Reply {
+    fn into_future(self) -> LocalBoxFuture<'static, Option<Value>> {
+        match self {
+            Reply::Now(v) => Box::pin(futures::future::ready(v)),
+            Reply::Later(f) => f,
+        }
+    }
+}
+
+impl Actor for Server {
+    type Context = Context<Self>;
+}
+
+impl Handler<Incoming> for Server {
+    type Result = ();
+    fn handle(&mut self, msg: Incoming, _: &mut Context<Self>) {
+        match msg {
+            Incoming::Line(line) => self.on_line(line),
+            Incoming::TooLong { bytes } => {
+                let err = RpcError::new(
+                    jsonrpc::INVALID_REQUEST,
+                    format!("message of {bytes} bytes exceeds the limit of {} bytes (--max-line-bytes); it was dropped unread", self.app.max_line_bytes),
+                );
+                self.send(jsonrpc::error(&Value::Null, &err));
+            }
+            Incoming::InvalidUtf8 => {
+                let err = RpcError::new(jsonrpc::PARSE_ERROR, "parse error: the line is not valid UTF-8");
+                self.send(jsonrpc::error(&Value::Null, &err));
+            }
+            Incoming::Closed => {
+                let log = self.app.ctx.log.clone();
+                let session = self.session.clone();
+                actix::spawn(async move {
+                    // Calls still running get a short grace to reply (the client may still
+                    // read stdout); gm is gone within a second either way.
+                    let deadline = Instant::now() + SHUTDOWN_GRACE;
+                    while !session.borrow().running.is_empty() && Instant::now() < deadline {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    let unfinished = session.borrow().running.len();
+                    if let Some(log) = log {
+                        log.do_send(Event::new(
+                            "stop",
+                            json!({ "reason": "stdin closed", "unfinishedCalls": unfinished }),
+                        ));
+                        let _ = tokio::time::timeout(Duration::from_millis(500), log.send(Flush)).await;
+                    }
+                    System::current().stop();
+                });
+            }
+        }
+    }
+}
+
+/// One tools/call: admission, the call, its action event, its reply.
+async fn call_tool(
+    app: Rc<App>,
+    session: Rc<RefCell<Session>>,
+    id: Value,
+    params: Value,
+    gate_open: bool,
+) -> Option<Value> {
+    let Some(name) = params.get("name").and_then(Value::as_str).map(str::to_owned) else {
+        return Some(jsonrpc::error(&id, &RpcError::invalid_params("tools/call needs params.name, a string")));
+    };
+    let args = match params.get("arguments") {
+        None | Some(Value::Null) => Value::Object(Map::new()),
+        Some(a @ Value::Object(_)) => a.clone(),
+        Some(_) => return Some(jsonrpc::error(&id, &RpcError::invalid_params("arguments must be an object"))),
+    };
+    if !surface::has(app.surface, &name) {
+        let err = RpcError::invalid_params(format!("unknown tool: {name}"))
+            .with_data(json!({ "surface": app.surface.as_str() }));
+        return Some(jsonrpc::error(&id, &err));
+    }
+    let key = id_key(&id);
+    let cancel = CancelToken::default();
+    {
+        let mut s = session.borrow_mut();
+        let running = if name == surface::RUN_CODE {
+            Running::Cancellable(cancel.clone())
+        } else {
+            Running::Uncancellable { tool: name.clone() }
+        };
+        s.running.insert(key.clone(), running);
+    }
+    let started = Instant::now();
+    let effect = verbs::find(&name).map_or(Effect::Read, |v| v.effect);
+    let permit = match app.scheduler.send(Admit { exclusive: effect == Effect::Shell }).await {
+        Ok(rx) => rx.await.ok(),
+        Err(_) => None,
+    };
+    let in_flight = permit.as_ref().map_or(0, |p| p.in_flight);
+    let outcome =
+        std::panic::AssertUnwindSafe(run_tool(&app, &session, &name, args.clone(), cancel.clone(), gate_open))
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|panic| {
+                Err(VerbError::Internal(format!("{name} panicked: {}", verbs::panic_message(&panic))).to_json())
+            });
+    drop(permit);
+    session.borrow_mut().running.remove(&key);
+
+    let mut fields = json!({
+        "tool": name,
+        "id": id,
+        "args": args,
+        "outcome": if outcome.is_ok() { "ok" } else { "error" },
+        "ms": millis(started),
+        "inFlight": in_flight,
+    });
+    if let Err(e) = &outcome {
+        fields["error"] = e["code"].clone();
+    }
+    if let Some(meta) = params.get("_meta").and_then(Value::as_object) {
+        for key in mcp::TRACE_KEYS {
+            if let Some(v) = meta.get(*key) {
+                fields[*key] = v.clone();
+            }
+        }
+    }
+    if cancel.is_cancelled() {
+        fields["cancelled"] = json!(true);
+    }
+    if let Some(log) = &app.ctx.log {
+        log.do_send(Event::new("action", fields));
+    }
+    // A cancelled request gets no answer (MCP: the receiver should not respond).
+    if cancel.is_cancelled() {
+        return None;
+    }
+    let result = match outcome {
+        Ok((value, extra)) => mcp::tool_result(&value, false, &app.run_id, extra),
+        Err(error) => mcp::tool_result(&json!({ "error": error }), true, &app.run_id, None),
+    };
+    Some(jsonrpc::result(&id, result))
+}
+
+async fn run_tool(
+    app: &App,
+    session: &RefCell<Session>,
+    name: &str,
+    args: Value,
+    cancel: CancelToken,
+    gate_open: bool,
+) -> Result<(Value, Option<String>), Value> {
+    match name {
+        surface::NEXT_CONTEXT => {
+            let parsed: run::NextContextArgs = verbs::parse_args(args).map_err(|e| e.to_json())?;
+            let state = {
+                let mut s = session.borrow_mut();
+                s.run.step += 1;
+                if let Some(task) = parsed.task {
+                    s.run.task = Some(task);
+                }
+                s.run.clone()
+            };
+            run::next_context(app, state).await.map(|v| (v, None)).map_err(|e| e.to_json())
+        }
+        surface::FINISH => {
+            let state = {
+                let mut s = session.borrow_mut();
+                s.run.finished = true;
+                s.run.clone()
+            };
+            run::finish(app, args, state).await.map(|v| (v, None)).map_err(|e| e.to_json())
+        }
+        surface::RUN_CODE => {
+            if !gate_open {
+                return Err(json!({
+                    "code": "skill_not_read",
+                    "message": "run_code is closed until this connection has read the gm skill: call resources/read with { \"uri\": \"skill://gm/SKILL.md\" } (ReadMcpResourceTool, server gm), then call run_code again.",
+                    "read": { "method": "resources/read", "params": { "uri": "skill://gm/SKILL.md" } },
+                }));
+            }
+            let (code, budget) = run::parse_run_code(args).map_err(|e| e.to_json())?;
+            let body = {
+                let mut s = session.borrow_mut();
+                s.next_body += 1;
+                s.next_body
+            };
+            run::run_code(app, code, budget, body, cancel).await
+        }
+        verb => verbs::call(app.ctx.clone(), verb, args).await.map(|v| (v, None)).map_err(|e| e.to_json()),
+    }
+}
+
+/// A request id as a map key: `1` and `"1"` are different ids.
+fn id_key(id: &Value) -> String {
+    id.to_string()
+}
+
+fn str_param<'a>(params: &'a Value, key: &str) -> Result<&'a str, RpcError> {
+    params
+        .get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| RpcError::invalid_params(format!("params.{key} must be a string")))
+}
+
+/// Cursor paging over a list: the cursor is the decimal offset of the next page.
+fn paginate(items: Vec<Value>, params: &Value, page_size: usize) -> Result<(Vec<Value>, Option<String>), RpcError> {
+    let start = match params.get("cursor") {
+        None | Some(Value::Null) => 0,
+        Some(Value::String(c)) => c
+            .parse::<usize>()
+            .ok()
+            .filter(|&n| n <= items.len())
+            .ok_or_else(|| RpcError::invalid_params(format!("invalid cursor: {c}")))?,
+        Some(_) => return Err(RpcError::invalid_params("cursor must be a string")),
+    };
+    let end = (start + page_size).min(items.len());
+    let next = (end < items.len()).then(|| end.to_string());
+    Ok((items[start..end].to_vec(), next))
+}
+
+fn with_cursor(mut v: Value, next: Option<String>) -> Value {
+    if let Some(n) = next {
+        v["nextCursor"] = json!(n);
+    }
+    v
+}
+
+fn prompts() -> Value {
+    json!([
+        {
+            "name": "gm",
+            "title": "gm: run a task",
+            "description": "The gm skill: the loop and the seven rules of a run, with the run's task.",
+            "arguments": [{ "name": "task", "description": "The task of the run.", "required": false }],
+        },
+        {
+            "name": "gm-continue",
+            "title": "gm: continue a run",
+            "description": "Continue a gm run that was handed off.",
+            "arguments": [],
+        },
+    ])
+}
+
+fn instructions() -> String {
+    "gm is your hands and memory for a long-horizon run. First read the gm skill: resources/read \
+     skill://gm/SKILL.md (run_code stays closed until you do). Then call next_context at every step, do \
+     the step with run_code (every verb is await gm.<verb>(args)), and end with finish({ gaps })."
+        .into()
+}

@@ -1,0 +1,390 @@
+//! File verbs: read_file, write_file, edit_file, stat_file, list_dir.
+//!
+//! Every verb locks the files it touches (reads share, writes are exclusive, in arrival
+//! order). A write is atomic — a temp file in the same directory renamed over the target — so a
+//! refused or failed write leaves the file as it was.
+
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use gm_actors::file_locks::Mode;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::paths::{lock, resolve};
+use super::{Ctx, VerbError};
+
+/// Lines in one page of read_file unless `limit` says otherwise.
+pub const DEFAULT_PAGE_LINES: usize = 2000;
+/// Bytes in one page of read_file at most; a page stops early rather than exceed it.
+pub const MAX_PAGE_BYTES: usize = 256 * 1024;
+const DEFAULT_LIST_LIMIT: usize = 200;
+const MAX_LIST_LIMIT: usize = 10_000;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReadFileArgs {
+    /// File to read: relative to the workspace, absolute, or a skill:// URI.
+    pub path: String,
+    /// First line to return, 1-based (default 1).
+    pub offset: Option<usize>,
+    /// Lines to return (default 2000). A page also stops before 256 KiB.
+    pub limit: Option<usize>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadFileReply {
+    pub path: String,
+    pub content: String,
+    /// First and last line in `content` (1-based; endLine < startLine when empty).
+    pub start_line: usize,
+    pub end_line: usize,
+    pub total_lines: usize,
+    pub bytes: u64,
+    /// The `offset` of the next page, absent when this page reaches the end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next: Option<usize>,
+}
+
+pub async fn read_file(ctx: Ctx, args: ReadFileArgs) -> Result<ReadFileReply, VerbError> {
+    let offset = args.offset.unwrap_or(1);
+    let limit = args.limit.unwrap_or(DEFAULT_PAGE_LINES);
+    if offset == 0 {
+        return Err(VerbError::InvalidArgs("offset is 1-based; the first line is 1".into()));
+    }
+    if limit == 0 {
+        return Err(VerbError::InvalidArgs("limit must be at least 1".into()));
+    }
+    if args.path.starts_with("skill://") {
+        let text = ctx
+            .skills
+            .read(&args.path)
+            .map_err(|e| VerbError::NotFound(PathBuf::from(format!("{}: {e}", args.path))))?;
+        return Ok(page(args.path, &text, offset, limit));
+    }
+    let path = resolve(&ctx, &args.path)?;
+    let _guard = lock(&ctx, &[&path], Mode::Read).await?;
+    let bytes = std::fs::read(&path).map_err(|e| VerbError::io("cannot read", &path, e))?;
+    let size = bytes.len() as u64;
+    let text = String::from_utf8(bytes).map_err(|_| VerbError::NotText { path: path.clone(), size })?;
+    Ok(page(path.to_string_lossy().into_owned(), &text, offset, limit))
+}
+
+fn page(path: String, text: &str, offset: usize, limit: usize) -> ReadFileReply {
+    let total_lines = text.split_inclusive('\n').count();
+    let mut content = String::new();
+    let mut end_line = offset - 1;
+    for line in text.split_inclusive('\n').skip(offset - 1).take(limit) {
+        if !content.is_empty() && content.len() + line.len() > MAX_PAGE_BYTES {
+            break;
+        }
+        content.push_str(line);
+        end_line += 1;
+    }
+    let next = (end_line < total_lines).then_some(end_line + 1);
+    ReadFileReply { path, content, start_line: offset, end_line, total_lines, bytes: text.len() as u64, next }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct WriteFileArgs {
+    /// File to write: relative to the workspace, or absolute.
+    pub path: String,
+    /// The whole new content.
+    pub content: String,
+    /// Create missing parent directories (default true).
+    pub create_dirs: Option<bool>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WriteFileReply {
+    pub path: String,
+    pub bytes: usize,
+    pub created: bool,
+}
+
+pub async fn write_file(ctx: Ctx, args: WriteFileArgs) -> Result<WriteFileReply, VerbError> {
+    let path = resolve(&ctx, &args.path)?;
+    let _guard = lock(&ctx, &[&path], Mode::Write).await?;
+    let created = !path.exists();
+    if args.create_dirs.unwrap_or(true) {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| VerbError::io("cannot create the directory", dir, e))?;
+        }
+    }
+    write_atomic(&path, args.content.as_bytes())?;
+    Ok(WriteFileReply { path: path.to_string_lossy().into_owned(), bytes: args.content.len(), created })
+}
+
+/// Replaces `path`'s content all at once. Through a symlink the target is written (the link
+/// stays a link). A file with several hard links is written in place, so every link keeps
+/// seeing one file; anything else goes through a temp file and a rename.
+pub fn write_atomic(path: &Path, content: &[u8]) -> Result<(), VerbError> {
+    let target = match std::fs::canonicalize(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => path.to_owned(),
+        Err(e) => return Err(VerbError::io("cannot resolve", path, e)),
+    };
+    let existing = std::fs::metadata(&target).ok();
+    if let Some(m) = &existing {
+        if m.is_dir() {
+            return Err(VerbError::IsADirectory(path.to_owned()));
+        }
+        if m.nlink() > 1 {
+            return std::fs::write(&target, content).map_err(|e| VerbError::io("cannot write", path, e));
+        }
+    }
+    let dir =
+        target.parent().ok_or_else(|| VerbError::InvalidArgs(format!("{} has no parent directory", path.display())))?;
+    let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.gm-tmp-{}-{}", std::process::id(), unique()));
+    let result = (|| -> std::io::Result<()> {
+        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+        f.write_all(content)?;
+        if let Some(m) = &existing {
+            f.set_permissions(std::fs::Permissions::from_mode(m.mode() & 0o7777))?;
+        }
+        f.sync_data()?;
+        std::fs::rename(&tmp, &target)
+    })();
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(VerbError::io("cannot write", path, e));
+    }
+    Ok(())
+}
+
+fn unique() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EditFileArgs {
+    /// File to edit: relative to the workspace, or absolute.
+    pub path: String,
+    /// The exact text to find (whitespace and newlines included).
+    pub old: String,
+    /// The text to put in its place.
+    pub new: String,
+    /// Replace every occurrence instead of requiring exactly one (default false).
+    pub all: Option<bool>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EditFileReply {
+    pub path: String,
+    pub replacements: usize,
+    pub diff: String,
+}
+
+pub async fn edit_file(ctx: Ctx, args: EditFileArgs) -> Result<EditFileReply, VerbError> {
+    if args.old.is_empty() {
+        return Err(VerbError::InvalidArgs("old is empty; use write_file to write a whole file".into()));
+    }
+    let path = resolve(&ctx, &args.path)?;
+    let _guard = lock(&ctx, &[&path], Mode::Write).await?;
+    let bytes = std::fs::read(&path).map_err(|e| VerbError::io("cannot read", &path, e))?;
+    let size = bytes.len() as u64;
+    let before = String::from_utf8(bytes).map_err(|_| VerbError::NotText { path: path.clone(), size })?;
+    let starts: Vec<usize> = before.match_indices(&args.old).map(|(i, _)| i).collect();
+    match starts.len() {
+        0 => return Err(VerbError::NoMatch { path, hint: near_miss_hint(&before, &args.old) }),
+        1 => {}
+        n if !args.all.unwrap_or(false) => {
+            let lines = starts.iter().map(|&i| before[..i].matches('\n').count() + 1).collect();
+            return Err(VerbError::AmbiguousMatch { path, count: n, lines });
+        }
+        _ => {}
+    }
+    let after = before.replace(&args.old, &args.new);
+    write_atomic(&path, after.as_bytes())?;
+    let shown = path.to_string_lossy().into_owned();
+    let diff = similar::TextDiff::from_lines(&before, &after)
+        .unified_diff()
+        .context_radius(3)
+        .header(&format!("a/{shown}"), &format!("b/{shown}"))
+        .to_string();
+    Ok(EditFileReply { path: shown, replacements: starts.len(), diff })
+}
+
+/// When the text is not found verbatim, says whether it would match ignoring whitespace,
+/// which is the usual cause.
+fn near_miss_hint(haystack: &str, needle: &str) -> String {
+    let squash = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    if squash(haystack).contains(&squash(needle)) {
+        "; it matches when whitespace is ignored, so check indentation and line endings".into()
+    } else {
+        String::new()
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StatFileArgs {
+    /// Path to inspect: relative to the workspace, or absolute.
+    pub path: String,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatFileReply {
+    pub path: String,
+    pub exists: bool,
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub modified: Option<String>,
+    /// True when the path itself is a symlink (type and size describe its target).
+    pub symlink: bool,
+}
+
+pub async fn stat_file(ctx: Ctx, args: StatFileArgs) -> Result<StatFileReply, VerbError> {
+    let path = resolve(&ctx, &args.path)?;
+    let shown = path.to_string_lossy().into_owned();
+    let symlink = std::fs::symlink_metadata(&path).map(|m| m.file_type().is_symlink()).unwrap_or(false);
+    let meta = match std::fs::metadata(&path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(StatFileReply {
+                path: shown,
+                exists: false,
+                kind: None,
+                size: None,
+                mode: None,
+                modified: None,
+                symlink,
+            });
+        }
+        Err(e) => return Err(VerbError::io("cannot stat", &path, e)),
+    };
+    Ok(StatFileReply {
+        path: shown,
+        exists: true,
+        kind: Some(kind_of(&meta.file_type())),
+        size: Some(meta.len()),
+        mode: Some(format!("{:o}", meta.mode() & 0o7777)),
+        modified: meta.modified().ok().map(rfc3339),
+        symlink,
+    })
+}
+
+fn kind_of(t: &std::fs::FileType) -> &'static str {
+    if t.is_file() {
+        "file"
+    } else if t.is_dir() {
+        "dir"
+    } else if t.is_symlink() {
+        "symlink"
+    } else {
+        "other"
+    }
+}
+
+fn rfc3339(t: std::time::SystemTime) -> String {
+    let t = time::OffsetDateTime::from(t);
+    t.format(&time::format_description::well_known::Rfc3339).unwrap_or_default()
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListDirArgs {
+    /// Directory to list (default: the workspace).
+    pub path: Option<String>,
+    /// Only entries whose name starts with this.
+    pub prefix: Option<String>,
+    /// Entries to skip, for paging (default 0).
+    pub offset: Option<usize>,
+    /// Entries in this page (default 200, at most 10000).
+    pub limit: Option<usize>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct DirEntry {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ListDirReply {
+    pub path: String,
+    pub entries: Vec<DirEntry>,
+    /// Entries matching `prefix` in all pages.
+    pub total: usize,
+    /// The `offset` of the next page, absent on the last page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next: Option<usize>,
+}
+
+pub async fn list_dir(ctx: Ctx, args: ListDirArgs) -> Result<ListDirReply, VerbError> {
+    let limit = args.limit.unwrap_or(DEFAULT_LIST_LIMIT);
+    if limit == 0 || limit > MAX_LIST_LIMIT {
+        return Err(VerbError::InvalidArgs(format!("limit must be between 1 and {MAX_LIST_LIMIT}")));
+    }
+    let offset = args.offset.unwrap_or(0);
+    let path = match args.path.as_deref() {
+        None | Some("") | Some(".") => ctx.workspace.clone(),
+        Some(p) => resolve(&ctx, p)?,
+    };
+    let read = std::fs::read_dir(&path).map_err(|e| VerbError::io("cannot list", &path, e))?;
+    let prefix = args.prefix.unwrap_or_default();
+    let mut names: Vec<(String, std::fs::DirEntry)> = read
+        .filter_map(Result::ok)
+        .map(|e| (e.file_name().to_string_lossy().into_owned(), e))
+        .filter(|(n, _)| n.starts_with(&prefix))
+        .collect();
+    names.sort_by(|a, b| a.0.cmp(&b.0));
+    let total = names.len();
+    let entries = names
+        .into_iter()
+        .skip(offset)
+        .take(limit)
+        .map(|(name, e)| {
+            // Follow symlinks for type and size, as a user listing a directory expects.
+            let meta = std::fs::metadata(e.path()).or_else(|_| e.metadata()).ok();
+            let kind = meta.as_ref().map_or("other", |m| kind_of(&m.file_type()));
+            let size = meta.as_ref().filter(|m| m.is_file()).map(|m| m.len());
+            DirEntry { name, kind, size }
+        })
+        .collect::<Vec<_>>();
+    let next = (offset + entries.len() < total).then_some(offset + entries.len());
+    Ok(ListDirReply { path: path.to_string_lossy().into_owned(), entries, total, next })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_page_stops_at_its_limit_and_names_the_next_line() {
+        let r = page("f".into(), "a\nb\nc\n", 2, 1);
+        assert_eq!((r.content.as_str(), r.start_line, r.end_line, r.total_lines, r.next), ("b\n", 2, 2, 3, Some(3)));
+        let r = page("f".into(), "a\nb\nc", 3, 10);
+        assert_eq!((r.content.as_str(), r.next), ("c", None));
+    }
+
+    #[test]
+    fn a_page_past_the_end_is_empty() {
+        let r = page("f".into(), "a\n", 5, 10);
+        assert_eq!((r.content.as_str(), r.next, r.total_lines), ("", None, 1));
+    }
+
+    #[test]
+    fn whitespace_near_misses_get_a_hint() {
+        assert!(near_miss_hint("fn  a() {\n}", "fn a() { }").contains("whitespace"));
+        assert!(near_miss_hint("abc", "xyz").is_empty());
+    }
+}

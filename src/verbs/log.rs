@@ -1,0 +1,55 @@
+//! query_log: read the run log back.
+
+use gm_actors::log_writer::{query_file, Query};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{Ctx, VerbError};
+
+const DEFAULT_LIMIT: usize = 100;
+const MAX_LIMIT: usize = 10_000;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct QueryLogArgs {
+    /// Only events of this kind (start, action, code-call, end, skill-read, ...).
+    pub kind: Option<String>,
+    /// Only events with a seq greater than this.
+    #[serde(alias = "since_seq")]
+    pub since_seq: Option<u64>,
+    /// At most this many events (default 100, at most 10000); `more` says how many matched past it.
+    pub limit: Option<usize>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueryLogReply {
+    pub events: Vec<Value>,
+    pub more: usize,
+    pub last_seq: u64,
+    pub path: String,
+}
+
+pub async fn query_log(ctx: Ctx, args: QueryLogArgs) -> Result<QueryLogReply, VerbError> {
+    let limit = args.limit.unwrap_or(DEFAULT_LIMIT);
+    if limit == 0 || limit > MAX_LIMIT {
+        return Err(VerbError::InvalidArgs(format!("limit must be between 1 and {MAX_LIMIT}")));
+    }
+    let q = Query { kind: args.kind, since_seq: args.since_seq, limit };
+    let path = ctx.log_path();
+    let result = match &ctx.log {
+        Some(log) => log
+            .send(q)
+            .await
+            .map_err(|e| VerbError::Internal(format!("log writer unavailable: {e}")))?
+            .map_err(VerbError::Internal)?,
+        None => query_file(&path, &q).map_err(|e| VerbError::io("cannot read the log", &path, e))?,
+    };
+    Ok(QueryLogReply {
+        events: result.events,
+        more: result.more,
+        last_seq: result.last_seq,
+        path: path.to_string_lossy().into_owned(),
+    })
+}

@@ -1,0 +1,146 @@
+//! The verb registry: every verb declared once — name, description, argument type (whose doc
+//! comments become the JSON Schema), and what it touches. Every surface is derived from it:
+//! run_code's `gm.<verb>`, `--surface tools`, the CLI, `gm.verbs()`.
+//!
+//! Verbs never see JSON-RPC or MCP: they take a [`Ctx`] and typed arguments and return a
+//! serializable value or a [`VerbError`].
+
+mod error;
+pub mod files;
+pub mod log;
+pub mod paths;
+
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+use actix::Addr;
+use futures::future::BoxFuture;
+use gm_actors::file_locks::FileLocks;
+use gm_actors::log_writer::LogWriter;
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+pub use error::VerbError;
+
+use crate::skills::Skills;
+
+/// What a verb is allowed to touch; the scheduler and the tool annotations use it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effect {
+    /// Reads files or state only.
+    Read,
+    /// Writes files.
+    Write,
+    /// Runs a shell: runs alone.
+    Shell,
+}
+
+pub type VerbFuture = BoxFuture<'static, Result<Value, VerbError>>;
+
+pub struct Verb {
+    pub name: &'static str,
+    pub family: &'static str,
+    pub description: &'static str,
+    pub effect: Effect,
+    pub schema: fn() -> Value,
+    pub run: fn(Ctx, Value) -> VerbFuture,
+}
+
+/// What a verb may use. Cheap to clone; `Send`, so verbs run on any arbiter.
+#[derive(Clone)]
+pub struct Ctx {
+    pub workspace: PathBuf,
+    /// `<workspace>/.gm`: the log, spilled outputs, jobs.
+    pub state_dir: PathBuf,
+    pub locks: Addr<FileLocks>,
+    /// The log writer; `None` in the one-shot CLI, which only reads the log.
+    pub log: Option<Addr<LogWriter>>,
+    pub skills: Arc<Skills>,
+}
+
+impl Ctx {
+    pub fn log_path(&self) -> PathBuf {
+        self.state_dir.join("log.jsonl")
+    }
+}
+
+/// Parses a verb's arguments; `null` (no arguments) reads as `{}`.
+pub fn parse_args<A: DeserializeOwned>(args: Value) -> Result<A, VerbError> {
+    let args = if args.is_null() { Value::Object(Default::default()) } else { args };
+    serde_json::from_value(args).map_err(|e| VerbError::InvalidArgs(e.to_string()))
+}
+
+/// The JSON Schema (2020-12) of an argument type, as an MCP tool input schema.
+pub fn schema_of<A: JsonSchema>() -> Value {
+    let settings = schemars::generate::SchemaSettings::draft2020_12();
+    let schema = settings.into_generator().into_root_schema_for::<A>();
+    let mut v = serde_json::to_value(schema).unwrap_or_default();
+    if let Some(m) = v.as_object_mut() {
+        m.entry("type").or_insert_with(|| "object".into());
+        m.entry("properties").or_insert_with(|| Value::Object(Default::default()));
+    }
+    v
+}
+
+macro_rules! verb {
+    ($name:literal, $family:literal, $effect:expr, $args:ty, $func:path, $desc:literal) => {
+        Verb {
+            name: $name,
+            family: $family,
+            description: $desc,
+            effect: $effect,
+            schema: || schema_of::<$args>(),
+            run: |ctx, args| {
+                Box::pin(async move {
+                    let args: $args = parse_args(args)?;
+                    let out = $func(ctx, args).await?;
+                    serde_json::to_value(out).map_err(|e| VerbError::Internal(e.to_string()))
+                })
+            },
+        }
+    };
+}
+
+/// Every verb, in the order surfaces list them.
+pub fn registry() -> &'static [Verb] {
+    static REGISTRY: OnceLock<Vec<Verb>> = OnceLock::new();
+    REGISTRY.get_or_init(|| {
+        vec![
+            verb!("read_file", "files", Effect::Read, files::ReadFileArgs, files::read_file,
+                "Read a text file (or a skill:// file), whole or a page of lines; long files come in pages with `next`."),
+            verb!("write_file", "files", Effect::Write, files::WriteFileArgs, files::write_file,
+                "Write a whole file atomically (temp file + rename), creating parent directories."),
+            verb!("edit_file", "files", Effect::Write, files::EditFileArgs, files::edit_file,
+                "Replace an exact string in a file (unique match unless all: true); returns a unified diff."),
+            verb!("stat_file", "files", Effect::Read, files::StatFileArgs, files::stat_file,
+                "Size, type, mode and modification time of a path; exists: false when there is nothing there."),
+            verb!("list_dir", "files", Effect::Read, files::ListDirArgs, files::list_dir,
+                "List a directory's entries sorted by name, in pages (prefix, offset, limit); replies with total and next."),
+            verb!("query_log", "log", Effect::Read, log::QueryLogArgs, log::query_log,
+                "Read events of the run log (.gm/log.jsonl), filtered by kind and seq."),
+        ]
+    })
+}
+
+pub fn find(name: &str) -> Option<&'static Verb> {
+    registry().iter().find(|v| v.name == name)
+}
+
+/// Runs a verb by name, turning a panic inside it into that call's error.
+pub async fn call(ctx: Ctx, name: &str, args: Value) -> Result<Value, VerbError> {
+    use futures::FutureExt;
+    let verb = find(name).ok_or_else(|| VerbError::UnknownVerb(name.to_owned()))?;
+    match std::panic::AssertUnwindSafe((verb.run)(ctx, args)).catch_unwind().await {
+        Ok(result) => result,
+        Err(panic) => Err(VerbError::Internal(format!("verb {name} panicked: {}", panic_message(&panic)))),
+    }
+}
+
+pub fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}

@@ -1,0 +1,230 @@
+//! A raw MCP client for tests: spawns the real `gm` binary and speaks newline-delimited
+//! JSON-RPC to it over pipes, byte for byte, so tests can send malformed input too.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+pub const TIMEOUT: Duration = Duration::from_secs(30);
+
+pub fn gm_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_gm")
+}
+
+pub struct Gm {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+    /// Replies read while waiting for another id.
+    pending: Vec<Value>,
+    next_id: i64,
+    pub workspace: PathBuf,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Gm {
+    /// `gm serve <args>` in a fresh temporary workspace.
+    pub fn start(args: &[&str]) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let workspace = dir.path().canonicalize().expect("canonical");
+        let mut gm = Self::start_in(&workspace, args, &[]);
+        gm._dir = Some(dir);
+        gm
+    }
+
+    pub fn start_in(workspace: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
+        let mut cmd = Command::new(gm_bin());
+        cmd.arg("serve").args(args).current_dir(workspace);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child =
+            cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("spawn gm");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Self {
+            stdin: child.stdin.take(),
+            child,
+            lines: rx,
+            pending: Vec::new(),
+            next_id: 1,
+            workspace: workspace.to_owned(),
+            _dir: None,
+        }
+    }
+
+    pub fn send_raw(&mut self, bytes: &[u8]) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin.write_all(bytes).expect("write");
+        stdin.flush().expect("flush");
+    }
+
+    pub fn send(&mut self, v: &Value) {
+        let mut line = serde_json::to_vec(v).expect("json");
+        line.push(b'\n');
+        self.send_raw(&line);
+    }
+
+    /// The next line from stdout, which must be JSON.
+    pub fn recv(&mut self, timeout: Duration) -> Option<Value> {
+        if !self.pending.is_empty() {
+            return Some(self.pending.remove(0));
+        }
+        self.recv_line(timeout)
+    }
+
+    fn recv_line(&mut self, timeout: Duration) -> Option<Value> {
+        match self.lines.recv_timeout(timeout) {
+            Ok(line) => Some(
+                serde_json::from_str(&line).unwrap_or_else(|e| panic!("stdout carried a non-JSON line ({e}): {line}")),
+            ),
+            Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => None,
+        }
+    }
+
+    /// Waits for the reply with this id.
+    pub fn recv_id(&mut self, id: &Value) -> Value {
+        if let Some(i) = self.pending.iter().position(|m| m.get("id") == Some(id)) {
+            return self.pending.remove(i);
+        }
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let msg = self.recv_line(left).unwrap_or_else(|| panic!("no reply to id {id}"));
+            if msg.get("id") == Some(id) && msg.get("method").is_none() {
+                return msg;
+            }
+            self.pending.push(msg);
+        }
+    }
+
+    pub fn fresh_id(&mut self) -> Value {
+        self.next_id += 1;
+        json!(self.next_id)
+    }
+
+    /// Sends a request and returns the whole reply message.
+    pub fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.fresh_id();
+        self.send(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }));
+        self.recv_id(&id)
+    }
+
+    /// Sends a request and returns its `result`, failing on an error reply.
+    pub fn ok(&mut self, method: &str, params: Value) -> Value {
+        let reply = self.request(method, params);
+        reply.get("result").cloned().unwrap_or_else(|| panic!("{method} failed: {reply}"))
+    }
+
+    pub fn initialize(&mut self, version: &str) -> Value {
+        let r = self.ok(
+            "initialize",
+            json!({ "protocolVersion": version, "capabilities": {}, "clientInfo": { "name": "gm-tests", "version": "0" } }),
+        );
+        self.send(&json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }));
+        r
+    }
+
+    pub fn read_skill(&mut self) -> Value {
+        self.ok("resources/read", json!({ "uri": "skill://gm/SKILL.md" }))
+    }
+
+    /// Initialize and open the read gate.
+    pub fn ready(&mut self) {
+        self.initialize("2025-11-25");
+        self.read_skill();
+    }
+
+    /// tools/call; returns the CallToolResult.
+    pub fn call(&mut self, tool: &str, args: Value) -> Value {
+        self.ok("tools/call", json!({ "name": tool, "arguments": args }))
+    }
+
+    /// tools/call that must succeed; returns its structured content.
+    pub fn call_ok(&mut self, tool: &str, args: Value) -> Value {
+        let r = self.call(tool, args);
+        assert_eq!(r["isError"], false, "{tool} failed: {r}");
+        r["structuredContent"].clone()
+    }
+
+    /// tools/call that must fail; returns the structured error.
+    pub fn call_err(&mut self, tool: &str, args: Value) -> Value {
+        let r = self.call(tool, args);
+        assert_eq!(r["isError"], true, "{tool} should have failed: {r}");
+        r["structuredContent"]["error"].clone()
+    }
+
+    /// run_code that must succeed; returns the body's result.
+    pub fn js(&mut self, code: &str) -> Value {
+        self.call_ok("run_code", json!({ "code": code }))["result"].clone()
+    }
+
+    pub fn close_stdin(&mut self) {
+        self.stdin.take();
+    }
+
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.workspace.join(".gm/log.jsonl")
+    }
+
+    /// The log's events, after letting the group commit land.
+    pub fn log_events(&self) -> Vec<Value> {
+        std::thread::sleep(Duration::from_millis(50));
+        read_log(&self.log_path())
+    }
+
+    pub fn events_of(&self, kind: &str) -> Vec<Value> {
+        self.log_events().into_iter().filter(|e| e["kind"] == kind).collect()
+    }
+}
+
+impl Drop for Gm {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn read_log(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad log line ({e}): {l}")))
+        .collect()
+}
+
+/// A text block of a tool result.
+pub fn text_of(result: &Value) -> String {
+    result["content"][0]["text"].as_str().unwrap_or_default().to_owned()
+}
