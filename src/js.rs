@@ -2,6 +2,7 @@
 //! calls for every `gm.<verb>(args)`. Each call is logged as a `code-call` event.
 
 use std::path::PathBuf;
+use std::sync::OnceLock;
 use std::time::Instant;
 
 use futures::future::BoxFuture;
@@ -28,13 +29,17 @@ impl JsHost for Host {
         verbs::registry().iter().map(|v| v.name.to_owned()).collect()
     }
 
-    fn describe(&self) -> Value {
-        Value::Array(
-            verbs::registry()
-                .iter()
-                .map(|v| json!({ "name": v.name, "family": v.family, "description": v.description, "inputSchema": (v.schema)() }))
-                .collect(),
-        )
+    fn describe(&self) -> String {
+        static DESCRIBED: OnceLock<String> = OnceLock::new();
+        DESCRIBED
+            .get_or_init(|| {
+                let all: Vec<Value> = verbs::registry()
+                    .iter()
+                    .map(|v| json!({ "name": v.name, "family": v.family, "description": v.description, "inputSchema": v.input_schema() }))
+                    .collect();
+                Value::Array(all).to_string()
+            })
+            .clone()
     }
 
     fn call(&self, name: String, args: Value) -> BoxFuture<'static, Result<Value, Value>> {

@@ -46,7 +46,7 @@ pub fn tools(surface: Surface) -> Vec<Value> {
             json!({
                 "name": v.name,
                 "description": v.description,
-                "inputSchema": (v.schema)(),
+                "inputSchema": v.input_schema(),
                 "annotations": { "readOnlyHint": v.effect == Effect::Read },
             })
         })),

@@ -31,8 +31,8 @@ const SCRIPT_NAME: &str = "eval_script";
 pub trait JsHost: Send + Sync + 'static {
     /// Names of the functions on `gm` (besides `verbs` and `try`).
     fn names(&self) -> Vec<String>;
-    /// What `gm.verbs()` returns.
-    fn describe(&self) -> Json;
+    /// What `gm.verbs()` returns, as JSON text. Called only when a body asks.
+    fn describe(&self) -> String;
     /// Runs `name` with `args`; an `Err` is a structured error object (`code`, `message`, ...).
     fn call(&self, name: String, args: Json) -> BoxFuture<'static, Result<Json, Json>>;
     /// The directory relative `require()`/`import()` specifiers start from.
@@ -200,7 +200,7 @@ const PRELUDE: &str = r#"
   const call = globalThis.__gm_call;
   const say = globalThis.__gm_console;
   const names = JSON.parse(globalThis.__gm_names);
-  const described = globalThis.__gm_describe;
+  const describe = globalThis.__gm_describe;
   const gm = {};
   for (const name of names) {
     gm[name] = async function __gm_verb(args) {
@@ -214,7 +214,7 @@ const PRELUDE: &str = r#"
       throw err;
     };
   }
-  gm.verbs = function __gm_verbs() { return JSON.parse(described); };
+  gm.verbs = function __gm_verbs() { return JSON.parse(describe()); };
   gm.try = async function __gm_try(fn) {
     try {
       return await (typeof fn === 'function' ? fn() : fn);
@@ -296,7 +296,8 @@ fn install_globals<'js>(
         })?,
     )?;
     g.set("__gm_names", serde_json::to_string(&host.names()).unwrap_or_else(|_| "[]".into()))?;
-    g.set("__gm_describe", host.describe().to_string())?;
+    let describer = host.clone();
+    g.set("__gm_describe", Function::new(ctx.clone(), move || describer.describe())?)?;
     let base = host.base_dir();
     g.set(
         "__gm_module",
@@ -463,8 +464,8 @@ mod tests {
         fn names(&self) -> Vec<String> {
             vec!["echo".into(), "fail".into()]
         }
-        fn describe(&self) -> Json {
-            json!([{ "name": "echo" }, { "name": "fail" }])
+        fn describe(&self) -> String {
+            json!([{ "name": "echo" }, { "name": "fail" }]).to_string()
         }
         fn call(&self, name: String, args: Json) -> BoxFuture<'static, Result<Json, Json>> {
             Box::pin(async move {

@@ -1,8 +1,8 @@
 //! Stdio transport: newline-delimited JSON-RPC lines in, protocol lines out.
 //!
-//! The reader runs on a thread of its own (stdin reads block) and hands each line to a
-//! recipient actor. It never buffers more than `max_line` bytes of one line: past the limit
-//! the rest of that line is read and dropped, and the recipient is told how long it was.
+//! Lines are handed to a recipient actor. The reader never buffers more than `max_line` bytes
+//! of one line: past the limit the rest of that line is read and dropped, and the recipient is
+//! told how long it was.
 
 use std::io::{BufRead, Write};
 
@@ -22,54 +22,144 @@ pub enum Incoming {
     Closed,
 }
 
-/// Starts the stdin reader thread. Each line goes to `sink`; `Closed` is the last message.
+/// Starts reading stdin. When stdin can be polled (a pipe or a socket, as MCP hosts give it)
+/// it is read on the current arbiter, so a request reaches the server without a cross-thread
+/// wake-up (25-60 µs on these machines). Otherwise (a regular file, a terminal that cannot be
+/// polled) a reader thread does the blocking reads.
 pub fn spawn_stdin_reader(max_line: usize, sink: Recipient<Incoming>) -> std::io::Result<()> {
-    std::thread::Builder::new().name("gm-stdin".into()).spawn(move || {
-        let stdin = std::io::stdin();
-        read_lines(stdin.lock(), max_line, |msg| sink.do_send(msg));
-    })?;
-    Ok(())
+    match pollable_stdin() {
+        Some(fd) => {
+            actix::spawn(read_polled(fd, max_line, sink));
+            Ok(())
+        }
+        None => {
+            std::thread::Builder::new().name("gm-stdin".into()).spawn(move || {
+                let stdin = std::io::stdin();
+                read_lines(stdin.lock(), max_line, |msg| sink.do_send(msg));
+            })?;
+            Ok(())
+        }
+    }
+}
+
+/// Stdin's descriptor, not owned: closing it is left to the process.
+struct StdinFd;
+
+impl std::os::fd::AsRawFd for StdinFd {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        0
+    }
+}
+
+fn pollable_stdin() -> Option<tokio::io::unix::AsyncFd<StdinFd>> {
+    // SAFETY: fcntl on fd 0 with F_GETFL/F_SETFL touches no memory of ours.
+    let flags = unsafe { libc::fcntl(0, libc::F_GETFL) };
+    if flags < 0 {
+        return None;
+    }
+    // SAFETY: fd 0 stays open, naming the same file description, for the whole process:
+    // nothing in gm closes or replaces stdin.
+    let fd = unsafe { tokio::io::unix::AsyncFd::register_with_interest(StdinFd, tokio::io::Interest::READABLE).ok()? };
+    // SAFETY: as above.
+    if unsafe { libc::fcntl(0, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+        return None;
+    }
+    Some(fd)
+}
+
+async fn read_polled(fd: tokio::io::unix::AsyncFd<StdinFd>, max_line: usize, sink: Recipient<Incoming>) {
+    let mut splitter = LineSplitter::new(max_line);
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut emit = |m| sink.do_send(m);
+    loop {
+        let Ok(mut guard) = fd.readable().await else { break };
+        let read = guard.try_io(|_| {
+            // SAFETY: reads at most buf.len() bytes into buf, which we own.
+            let n = unsafe { libc::read(0, buf.as_mut_ptr().cast(), buf.len()) };
+            if n < 0 {
+                Err(std::io::Error::last_os_error())
+            } else {
+                Ok(n as usize)
+            }
+        });
+        match read {
+            Ok(Ok(0)) => break,
+            Ok(Ok(n)) => splitter.feed(&buf[..n], &mut emit),
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Ok(Err(_)) => break,
+            Err(_would_block) => {}
+        }
+    }
+    splitter.finish(&mut emit);
+    emit(Incoming::Closed);
 }
 
 /// Splits `input` into lines of at most `max_line` bytes, calling `emit` for each, then
-/// `emit(Incoming::Closed)`. Separate from the thread so it can be tested on byte slices.
+/// `emit(Incoming::Closed)`.
 pub fn read_lines<R: BufRead>(mut input: R, max_line: usize, mut emit: impl FnMut(Incoming)) {
-    let mut line: Vec<u8> = Vec::new();
-    let mut overflow: u64 = 0;
+    let mut splitter = LineSplitter::new(max_line);
     loop {
-        let buf = match input.fill_buf() {
+        let n = match input.fill_buf() {
             Ok([]) => break,
-            Ok(buf) => buf,
+            Ok(buf) => {
+                splitter.feed(buf, &mut emit);
+                buf.len()
+            }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(_) => break,
         };
-        let (chunk, found_newline) = match buf.iter().position(|&b| b == b'\n') {
-            Some(i) => (&buf[..i], true),
-            None => (buf, false),
-        };
-        let consumed = chunk.len() + usize::from(found_newline);
-        if overflow > 0 || line.len() + chunk.len() > max_line {
-            overflow += (line.len() + chunk.len()) as u64;
-            line.clear();
-        } else {
-            line.extend_from_slice(chunk);
-        }
-        input.consume(consumed);
-        if found_newline {
-            if overflow > 0 {
-                emit(Incoming::TooLong { bytes: overflow });
-                overflow = 0;
+        input.consume(n);
+    }
+    splitter.finish(&mut emit);
+    emit(Incoming::Closed);
+}
+
+/// Cuts a byte stream into lines, never holding more than `max_line` bytes of one line: past
+/// the limit the rest of that line is counted and dropped.
+pub struct LineSplitter {
+    max_line: usize,
+    line: Vec<u8>,
+    overflow: u64,
+}
+
+impl LineSplitter {
+    pub fn new(max_line: usize) -> Self {
+        Self { max_line, line: Vec::new(), overflow: 0 }
+    }
+
+    pub fn feed(&mut self, mut bytes: &[u8], emit: &mut impl FnMut(Incoming)) {
+        while !bytes.is_empty() {
+            let (chunk, found_newline) = match bytes.iter().position(|&b| b == b'\n') {
+                Some(i) => (&bytes[..i], true),
+                None => (bytes, false),
+            };
+            if self.overflow > 0 || self.line.len() + chunk.len() > self.max_line {
+                self.overflow += (self.line.len() + chunk.len()) as u64;
+                self.line.clear();
             } else {
-                emit_line(&mut line, &mut emit);
+                self.line.extend_from_slice(chunk);
+            }
+            bytes = &bytes[chunk.len() + usize::from(found_newline)..];
+            if found_newline {
+                self.end_line(emit);
             }
         }
     }
-    if overflow > 0 {
-        emit(Incoming::TooLong { bytes: overflow });
-    } else if !line.is_empty() {
-        emit_line(&mut line, &mut emit);
+
+    pub fn finish(&mut self, emit: &mut impl FnMut(Incoming)) {
+        if self.overflow > 0 || !self.line.is_empty() {
+            self.end_line(emit);
+        }
     }
-    emit(Incoming::Closed);
+
+    fn end_line(&mut self, emit: &mut impl FnMut(Incoming)) {
+        if self.overflow > 0 {
+            emit(Incoming::TooLong { bytes: self.overflow });
+            self.overflow = 0;
+        } else {
+            emit_line(&mut self.line, emit);
+        }
+    }
 }
 
 fn emit_line(line: &mut Vec<u8>, emit: &mut impl FnMut(Incoming)) {
@@ -145,6 +235,22 @@ mod tests {
     #[test]
     fn an_overlong_line_is_dropped_and_counted_and_the_next_line_still_arrives() {
         assert_eq!(lines(b"0123456789\nok\n", 4), ["toolong:10", "line:ok", "closed"]);
+    }
+
+    #[test]
+    fn lines_split_across_reads_are_joined() {
+        let mut got = Vec::new();
+        let mut s = LineSplitter::new(8);
+        let mut emit = |m| {
+            if let Incoming::Line(l) = m {
+                got.push(l)
+            }
+        };
+        s.feed(b"ab", &mut emit);
+        s.feed(b"c\nd", &mut emit);
+        s.feed(b"e\n", &mut emit);
+        s.finish(&mut emit);
+        assert_eq!(got, ["abc", "de"]);
     }
 
     #[test]

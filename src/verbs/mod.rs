@@ -123,6 +123,15 @@ pub fn registry() -> &'static [Verb] {
     })
 }
 
+impl Verb {
+    /// The argument schema, computed once per verb.
+    pub fn input_schema(&self) -> Value {
+        static SCHEMAS: OnceLock<Vec<Value>> = OnceLock::new();
+        let all = SCHEMAS.get_or_init(|| registry().iter().map(|v| (v.schema)()).collect());
+        registry().iter().position(|v| v.name == self.name).map(|i| all[i].clone()).unwrap_or_default()
+    }
+}
+
 pub fn find(name: &str) -> Option<&'static Verb> {
     registry().iter().find(|v| v.name == name)
 }

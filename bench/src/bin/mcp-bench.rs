@@ -1,0 +1,282 @@
+//! A small MCP client that measures servers side by side, in one run, on one machine.
+//!
+//! `mcp-bench suite --gm BIN --node-fs JS --echo BIN --file PATH [--seq N] [--par N]` prints a
+//! markdown table and a JSON line per measurement. Each server is started as a child process
+//! and spoken to over pipes, newline-delimited JSON-RPC, exactly as an MCP host would.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+struct Server {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    next_id: u64,
+}
+
+impl Server {
+    fn spawn(cmd: &[String]) -> Server {
+        let mut child = Command::new(&cmd[0])
+            .args(&cmd[1..])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        Server { child, stdin, stdout, next_id: 0 }
+    }
+
+    fn send(&mut self, method: &str, params: Value) -> u64 {
+        self.next_id += 1;
+        let msg = json!({ "jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params });
+        let mut bytes = serde_json::to_vec(&msg).expect("json");
+        bytes.push(b'\n');
+        self.stdin.write_all(&bytes).expect("write");
+        self.stdin.flush().expect("flush");
+        self.next_id
+    }
+
+    fn notify(&mut self, method: &str) {
+        let mut bytes = serde_json::to_vec(&json!({ "jsonrpc": "2.0", "method": method })).expect("json");
+        bytes.push(b'\n');
+        self.stdin.write_all(&bytes).expect("write");
+    }
+
+    fn read_reply(&mut self) -> Value {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            let n = self.stdout.read_line(&mut line).expect("read");
+            assert!(n > 0, "server closed its stdout");
+            let v: Value = serde_json::from_str(&line).expect("json reply");
+            if v.get("id").is_some() && v.get("method").is_none() {
+                return v;
+            }
+        }
+    }
+
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        self.send(method, params);
+        let r = self.read_reply();
+        assert!(r.get("error").is_none(), "{method} failed: {r}");
+        r
+    }
+
+    fn initialize(&mut self) {
+        self.request(
+            "initialize",
+            json!({ "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": { "name": "mcp-bench", "version": "0" } }),
+        );
+        self.notify("notifications/initialized");
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+struct CallStats {
+    p50_us: f64,
+    p99_us: f64,
+    calls_per_s: f64,
+}
+
+/// Sequential round trips, then `par` calls with `inflight` outstanding at once.
+fn measure_calls(server: &mut Server, tool: &str, args: &Value, seq: usize, par: usize, inflight: usize) -> CallStats {
+    let params = json!({ "name": tool, "arguments": args });
+    for _ in 0..(seq / 10).max(20) {
+        let r = server.request("tools/call", params.clone());
+        assert_ne!(r["result"]["isError"], true, "{tool} failed: {r}");
+    }
+    let mut rtts = Vec::with_capacity(seq);
+    for _ in 0..seq {
+        let t = Instant::now();
+        server.send("tools/call", params.clone());
+        server.read_reply();
+        rtts.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    rtts.sort_by(|a, b| a.total_cmp(b));
+
+    let started = Instant::now();
+    let mut sent = 0;
+    let mut received = 0;
+    while received < par {
+        while sent < par && sent - received < inflight {
+            server.send("tools/call", params.clone());
+            sent += 1;
+        }
+        server.read_reply();
+        received += 1;
+    }
+    let calls_per_s = par as f64 / started.elapsed().as_secs_f64();
+    CallStats { p50_us: percentile(&rtts, 0.5), p99_us: percentile(&rtts, 0.99), calls_per_s }
+}
+
+/// Spawn to initialize reply, `repeat` times; the median in µs.
+fn measure_spawn(cmd: &[String], repeat: usize) -> f64 {
+    let mut times = Vec::new();
+    for _ in 0..repeat {
+        let t = Instant::now();
+        let mut s = Server::spawn(cmd);
+        s.initialize();
+        times.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    times.sort_by(|a, b| a.total_cmp(b));
+    percentile(&times, 0.5)
+}
+
+/// Wall time of running a command to completion, `repeat` times; the median in µs.
+fn measure_exec(cmd: &[&str], repeat: usize) -> f64 {
+    let mut times = Vec::new();
+    for _ in 0..repeat {
+        let t = Instant::now();
+        let status = Command::new(cmd[0]).args(&cmd[1..]).stdout(Stdio::null()).status().expect("run");
+        assert!(status.success());
+        times.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    times.sort_by(|a, b| a.total_cmp(b));
+    percentile(&times, 0.5)
+}
+
+fn rss_kb(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+fn arg(args: &[String], name: &str) -> Option<String> {
+    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned()
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("probe") {
+        // mcp-bench probe METHOD N -- CMD...: p50 of a bare request, to split transport cost from call cost.
+        let method = args.get(1).expect("method").clone();
+        let n: usize = args.get(2).and_then(|n| n.parse().ok()).expect("count");
+        let cmd: Vec<String> = args.iter().skip_while(|a| *a != "--").skip(1).cloned().collect();
+        let mut s = Server::spawn(&cmd);
+        s.initialize();
+        let mut t = Vec::new();
+        for _ in 0..n {
+            let start = Instant::now();
+            s.request(&method, json!({}));
+            t.push(start.elapsed().as_secs_f64() * 1e6);
+        }
+        t.sort_by(|a, b| a.total_cmp(b));
+        println!("{method}: p50 {:.1} µs, p99 {:.1} µs", percentile(&t, 0.5), percentile(&t, 0.99));
+        return;
+    }
+    if args.first().map(String::as_str) != Some("suite") {
+        eprintln!(
+            "usage: mcp-bench suite --gm BIN --node-fs JS --echo BIN --file PATH [--seq N] [--par N] [--label L]"
+        );
+        std::process::exit(2);
+    }
+    let gm = arg(&args, "--gm").expect("--gm");
+    let echo = arg(&args, "--echo").expect("--echo");
+    let node_fs = arg(&args, "--node-fs");
+    let file = arg(&args, "--file").expect("--file");
+    let seq: usize = arg(&args, "--seq").and_then(|n| n.parse().ok()).unwrap_or(2000);
+    let par: usize = arg(&args, "--par").and_then(|n| n.parse().ok()).unwrap_or(5000);
+    let label = arg(&args, "--label").unwrap_or_else(|| "unpinned".into());
+    let dir = std::path::Path::new(&file).parent().expect("file has a directory").to_string_lossy().into_owned();
+    let inflight = 64;
+
+    let mut rows: Vec<(String, String)> = Vec::new();
+    let mut record = |name: &str, value: String, json: Value| {
+        println!("{}", json!({ "label": label, "measure": name, "value": json }));
+        rows.push((name.to_owned(), value));
+    };
+
+    // (1) stat_file round trips and throughput, against the echo floor and the Node server.
+    let gm_tools =
+        vec![gm.clone(), "serve".into(), "--surface".into(), "tools".into(), "--workspace".into(), dir.clone()];
+    let mut s = Server::spawn(&gm_tools);
+    s.initialize();
+    let g = measure_calls(&mut s, "stat_file", &json!({ "path": file }), seq, par, inflight);
+    drop(s);
+    let mut s = Server::spawn(std::slice::from_ref(&echo));
+    s.initialize();
+    let e = measure_calls(&mut s, "anything", &json!({}), seq, par, inflight);
+    drop(s);
+    record("gm stat_file p50 / p99 (µs)", format!("{:.1} / {:.1}", g.p50_us, g.p99_us), json!([g.p50_us, g.p99_us]));
+    record("echo floor p50 / p99 (µs)", format!("{:.1} / {:.1}", e.p50_us, e.p99_us), json!([e.p50_us, e.p99_us]));
+    record("gm p50 / floor p50", format!("{:.2}x", g.p50_us / e.p50_us), json!(g.p50_us / e.p50_us));
+    record("gm stat_file calls/s (64 in flight)", format!("{:.0}", g.calls_per_s), json!(g.calls_per_s));
+    record("echo floor calls/s (64 in flight)", format!("{:.0}", e.calls_per_s), json!(e.calls_per_s));
+    if let Some(node_fs) = &node_fs {
+        let node = vec!["node".into(), node_fs.clone(), dir.clone()];
+        let mut s = Server::spawn(&node);
+        s.initialize();
+        let n = measure_calls(&mut s, "get_file_info", &json!({ "path": file }), seq / 4, par / 4, inflight);
+        drop(s);
+        record(
+            "node server-filesystem get_file_info p50 / p99 (µs)",
+            format!("{:.1} / {:.1}", n.p50_us, n.p99_us),
+            json!([n.p50_us, n.p99_us]),
+        );
+        record("node server-filesystem calls/s (64 in flight)", format!("{:.0}", n.calls_per_s), json!(n.calls_per_s));
+        record(
+            "gm calls/s / node calls/s",
+            format!("{:.1}x", g.calls_per_s / n.calls_per_s),
+            json!(g.calls_per_s / n.calls_per_s),
+        );
+    }
+
+    // (2) run_code `return 1` against spawning `node -e 0` per body.
+    let gm_code = vec![gm.clone(), "serve".into(), "--workspace".into(), dir.clone()];
+    let mut s = Server::spawn(&gm_code);
+    s.initialize();
+    s.request("resources/read", json!({ "uri": "skill://gm/SKILL.md" }));
+    let r = measure_calls(&mut s, "run_code", &json!({ "code": "return 1" }), seq / 2, par / 2, inflight);
+    drop(s);
+    let node_e = measure_exec(&["node", "-e", "0"], 20);
+    record(
+        "gm run_code `return 1` p50 / p99 (µs)",
+        format!("{:.1} / {:.1}", r.p50_us, r.p99_us),
+        json!([r.p50_us, r.p99_us]),
+    );
+    record("gm run_code calls/s (64 in flight)", format!("{:.0}", r.calls_per_s), json!(r.calls_per_s));
+    record("node -e 0 p50 (µs)", format!("{node_e:.0}"), json!(node_e));
+    record("node -e 0 / run_code p50", format!("{:.0}x", node_e / r.p50_us), json!(node_e / r.p50_us));
+
+    // (3) spawn to initialize reply, (4) idle RSS.
+    let spawn = measure_spawn(&gm_code, 30);
+    record("gm spawn to initialize reply p50 (µs)", format!("{spawn:.0}"), json!(spawn));
+    let mut s = Server::spawn(&gm_code);
+    s.initialize();
+    std::thread::sleep(Duration::from_millis(500));
+    let rss = rss_kb(s.pid());
+    drop(s);
+    record("gm idle RSS (KiB)", format!("{rss}"), json!(rss));
+
+    println!("\n| measure ({label}) | value |\n|---|---|");
+    for (k, v) in rows {
+        println!("| {k} | {v} |");
+    }
+}
