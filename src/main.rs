@@ -9,6 +9,10 @@ use gm::surface::Surface;
 use gm::verbs;
 use serde_json::{json, Value};
 
+// gm builds many small JSON values per call; mimalloc serves them faster than glibc's malloc.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn workspace_arg() -> Arg {
     Arg::new("workspace")
         .long("workspace")

@@ -306,7 +306,17 @@ impl Handler<Incoming> for Server {
     type Result = ();
     fn handle(&mut self, msg: Incoming, _: &mut Context<Self>) {
         match msg {
-            Incoming::Line(line) => self.on_line(line),
+            Incoming::Line(line) => {
+                // A bug in one request's handling must not take the connection down.
+                let this = std::panic::AssertUnwindSafe(&*self);
+                if let Err(panic) = std::panic::catch_unwind(move || this.on_line(line)) {
+                    let err = RpcError::new(
+                        jsonrpc::INTERNAL_ERROR,
+                        format!("internal error: {}", verbs::panic_message(&panic)),
+                    );
+                    self.send(jsonrpc::error(&Value::Null, &err));
+                }
+            }
             Incoming::TooLong { bytes } => {
                 let err = RpcError::new(
                     jsonrpc::INVALID_REQUEST,
@@ -421,8 +431,8 @@ async fn call_tool(
         return None;
     }
     let result = match outcome {
-        Ok((value, extra)) => mcp::tool_result(&value, false, &app.run_id, extra),
-        Err(error) => mcp::tool_result(&json!({ "error": error }), true, &app.run_id, None),
+        Ok((value, extra)) => mcp::tool_result(value, false, &app.run_id, extra),
+        Err(error) => mcp::tool_result(json!({ "error": error }), true, &app.run_id, None),
     };
     Some(jsonrpc::result(&id, result))
 }

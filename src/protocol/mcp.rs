@@ -31,16 +31,17 @@ pub fn server_info() -> Value {
     json!({ "name": "gm", "title": "gm", "version": env!("CARGO_PKG_VERSION") })
 }
 
-/// A tools/call result: the value as JSON text, plus structured content when it is an object.
-pub fn tool_result(value: &Value, is_error: bool, run: &str, extra_text: Option<String>) -> Value {
-    let text = serde_json::to_string_pretty(value).unwrap_or_default();
+/// A tools/call result: the value as compact JSON text, plus structured content when it is an
+/// object.
+pub fn tool_result(value: Value, is_error: bool, run: &str, extra_text: Option<String>) -> Value {
+    let text = serde_json::to_string(&value).unwrap_or_default();
     let mut content = vec![json!({ "type": "text", "text": text })];
     if let Some(extra) = extra_text {
         content.push(json!({ "type": "text", "text": extra }));
     }
     let mut r = json!({ "content": content, "isError": is_error, "_meta": { RUN_META_KEY: run } });
     if value.is_object() {
-        r["structuredContent"] = value.clone();
+        r["structuredContent"] = value;
     }
     r
 }

@@ -175,16 +175,19 @@ fn arg(args: &[String], name: &str) -> Option<String> {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("probe") {
-        // mcp-bench probe METHOD N -- CMD...: p50 of a bare request, to split transport cost from call cost.
+        // mcp-bench probe METHOD N [PARAMS] -- CMD...: p50 of one request repeated, to split
+        // transport cost from call cost.
         let method = args.get(1).expect("method").clone();
         let n: usize = args.get(2).and_then(|n| n.parse().ok()).expect("count");
+        let params: Value =
+            args.get(3).filter(|a| *a != "--").and_then(|p| serde_json::from_str(p).ok()).unwrap_or(json!({}));
         let cmd: Vec<String> = args.iter().skip_while(|a| *a != "--").skip(1).cloned().collect();
         let mut s = Server::spawn(&cmd);
         s.initialize();
         let mut t = Vec::new();
         for _ in 0..n {
             let start = Instant::now();
-            s.request(&method, json!({}));
+            s.request(&method, params.clone());
             t.push(start.elapsed().as_secs_f64() * 1e6);
         }
         t.sort_by(|a, b| a.total_cmp(b));
