@@ -298,7 +298,7 @@ fn stdout_carries_only_protocol_lines() {
     gm.ready();
     // A body that logs to the console must not leak onto stdout.
     let r = gm.call("run_code", json!({ "code": "console.log('hello'); console.error('oops'); return 1" }));
-    assert!(text_of(&r).contains("\"result\": 1"));
+    assert!(text_of(&r).contains("\"result\":1"), "{r}");
     gm.close_stdin();
     while let Some(v) = gm.recv(Duration::from_millis(300)) {
         assert_eq!(v["jsonrpc"], "2.0", "{v}");
