@@ -170,6 +170,9 @@ fn stat_of_a_missing_path_says_it_does_not_exist() {
     let mut gm = tools();
     let st = gm.call_ok("stat_file", json!({ "path": "nothing/here" }));
     assert_eq!(st["exists"], false);
+    std::os::unix::fs::symlink(gm.workspace.join("gone"), gm.workspace.join("dangling")).expect("symlink");
+    let st = gm.call_ok("stat_file", json!({ "path": "dangling" }));
+    assert_eq!((st["exists"].as_bool(), st["symlink"].as_bool()), (Some(false), Some(true)));
 }
 
 #[test]

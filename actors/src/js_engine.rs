@@ -105,6 +105,7 @@ struct Control {
 /// Warm contexts kept ready: creating a runtime, a context and the `gm` prelude costs
 /// ~0.4 ms, so it is done ahead of time, off the path of the next body.
 const POOL: usize = 2;
+const WARM_UP_DELAY: Duration = Duration::from_millis(20);
 
 /// A runtime and context with the prelude evaluated, used by one body and then dropped, so
 /// nothing a body leaves behind reaches the next one.
@@ -208,7 +209,8 @@ impl Actor for JsEngine {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        self.refill(ctx);
+        // Warm up after the server's start, not during it: spawn-to-initialize stays fast.
+        ctx.run_later(WARM_UP_DELAY, |act, ctx| act.refill(ctx));
     }
 }
 

@@ -252,8 +252,8 @@ pub struct StatFileReply {
 pub async fn stat_file(ctx: Ctx, args: StatFileArgs) -> Result<StatFileReply, VerbError> {
     let path = resolve(&ctx, &args.path)?;
     let shown = path.to_string_lossy().into_owned();
-    let symlink = std::fs::symlink_metadata(&path).map(|m| m.file_type().is_symlink()).unwrap_or(false);
-    let meta = match std::fs::metadata(&path) {
+    // One lstat answers for everything but a symlink; only a symlink needs a second stat.
+    let meta = match std::fs::symlink_metadata(&path) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Ok(StatFileReply {
@@ -263,10 +263,31 @@ pub async fn stat_file(ctx: Ctx, args: StatFileArgs) -> Result<StatFileReply, Ve
                 size: None,
                 mode: None,
                 modified: None,
-                symlink,
+                symlink: false,
             });
         }
         Err(e) => return Err(VerbError::io("cannot stat", &path, e)),
+    };
+    let symlink = meta.file_type().is_symlink();
+    let meta = if symlink {
+        match std::fs::metadata(&path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // A dangling symlink: the link exists, its target does not.
+                return Ok(StatFileReply {
+                    path: shown,
+                    exists: false,
+                    kind: None,
+                    size: None,
+                    mode: None,
+                    modified: None,
+                    symlink,
+                });
+            }
+            Err(e) => return Err(VerbError::io("cannot stat", &path, e)),
+        }
+    } else {
+        meta
     };
     Ok(StatFileReply {
         path: shown,
