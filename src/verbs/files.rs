@@ -252,38 +252,28 @@ pub struct StatFileReply {
 pub async fn stat_file(ctx: Ctx, args: StatFileArgs) -> Result<StatFileReply, VerbError> {
     let path = resolve(&ctx, &args.path)?;
     let shown = path.to_string_lossy().into_owned();
+    let missing = |shown, symlink| StatFileReply {
+        path: shown,
+        exists: false,
+        kind: None,
+        size: None,
+        mode: None,
+        modified: None,
+        symlink,
+    };
+    let not_found = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
     // One lstat answers for everything but a symlink; only a symlink needs a second stat.
     let meta = match std::fs::symlink_metadata(&path) {
         Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Ok(StatFileReply {
-                path: shown,
-                exists: false,
-                kind: None,
-                size: None,
-                mode: None,
-                modified: None,
-                symlink: false,
-            });
-        }
+        Err(e) if not_found(&e) => return Ok(missing(shown, false)),
         Err(e) => return Err(VerbError::io("cannot stat", &path, e)),
     };
     let symlink = meta.file_type().is_symlink();
     let meta = if symlink {
         match std::fs::metadata(&path) {
             Ok(m) => m,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                // A dangling symlink: the link exists, its target does not.
-                return Ok(StatFileReply {
-                    path: shown,
-                    exists: false,
-                    kind: None,
-                    size: None,
-                    mode: None,
-                    modified: None,
-                    symlink,
-                });
-            }
+            // A dangling symlink: the link exists, its target does not.
+            Err(e) if not_found(&e) => return Ok(missing(shown, true)),
             Err(e) => return Err(VerbError::io("cannot stat", &path, e)),
         }
     } else {
