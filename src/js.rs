@@ -48,7 +48,11 @@ impl JsHost for Host {
         Box::pin(async move {
             let started = Instant::now();
             let logged_args = args.clone();
-            let result = verbs::call(ctx.clone(), &name, args).await.map_err(|e| e.to_json());
+            let mut result = verbs::call(ctx.clone(), &name, args).await.map_err(|e| e.to_json());
+            let secrets = ctx.secrets.get();
+            match &mut result {
+                Ok(v) | Err(v) => secrets.redact_value(v),
+            }
             if let Some(log) = &ctx.log {
                 let mut fields = json!({
                     "verb": name,
@@ -60,6 +64,7 @@ impl JsHost for Host {
                 if let Err(e) = &result {
                     fields["error"] = e["code"].clone();
                 }
+                ctx.secrets.get().redact_value(&mut fields);
                 log.do_send(Event::new("code-call", fields));
             }
             result

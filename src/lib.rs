@@ -10,14 +10,18 @@
 //! - [`verbs`]: the registry and the verbs themselves, as plain library code.
 //! - [`js`]: the bridge from run_code bodies to verbs (`gm.<verb>(args)`).
 //! - [`skills`]: the skill files served as resources, SEP-2640 skills and prompts.
+//! - [`secrets`]: `.gm/secrets.env`: values given to shells, replaced in everything returned.
+//! - [`gitignore`]: adding lines to the workspace's .gitignore without disturbing it.
 //! - [`serve`]: wiring the actors (crate `gm-actors`) together for `gm serve` and the CLI.
 //!
 //! Invariants: protocol types live only in `protocol` and `server`; verbs never see
 //! JSON-RPC; actors never see verbs; the LogWriter actor is the only writer of the run log.
 
+pub mod gitignore;
 pub mod js;
 pub mod protocol;
 pub mod run;
+pub mod secrets;
 pub mod serve;
 pub mod server;
 pub mod skills;

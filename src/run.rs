@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use gm_actors::jobs::{JobState, ListJobs};
 use gm_actors::js_engine::{CancelToken, JsError, Outcome, Run};
 use gm_actors::log_writer::{Event, Flush, Tail};
 use schemars::JsonSchema;
@@ -61,6 +62,12 @@ pub async fn next_context(app: &App, state: RunState) -> Result<Value, VerbError
         Some(log) => log.send(Tail(RECENT_EVENTS)).await.unwrap_or_default(),
         None => Vec::new(),
     };
+    let jobs = app.ctx.jobs.send(ListJobs).await.unwrap_or_default();
+    let background: Vec<Value> = jobs
+        .iter()
+        .filter(|j| j.state == JobState::Running)
+        .map(|j| json!({ "name": j.name, "command": j.command, "durationMs": j.duration_ms, "logBytes": j.log_bytes }))
+        .collect();
     let mut v = json!({
         "runId": app.run_id,
         "step": state.step,
@@ -69,7 +76,7 @@ pub async fn next_context(app: &App, state: RunState) -> Result<Value, VerbError
         "rulesFrom": "skill://gm/SKILL.md",
         "openRows": [],
         "openUnknowns": [],
-        "background": [],
+        "background": background,
         "recentEvents": recent,
         "finished": state.finished,
     });
@@ -110,7 +117,10 @@ pub async fn run_code(
     body: u64,
     cancel: CancelToken,
 ) -> Result<(Value, Option<String>), Value> {
-    let host = Arc::new(crate::js::Host::new(app.ctx.clone(), body));
+    let mut ctx = app.ctx.clone();
+    // Shells the body starts are stopped with it.
+    ctx.cancel = cancel.clone();
+    let host = Arc::new(crate::js::Host::new(ctx, body));
     let lines: Vec<String> = code.lines().map(str::to_owned).collect();
     let run = Run { id: body, body: code, budget, host, cancel };
     let outcome: Outcome = app

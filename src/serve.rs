@@ -4,13 +4,17 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use actix::prelude::*;
+use gm_actors::cancel::CancelToken;
 use gm_actors::file_locks::FileLocks;
+use gm_actors::jobs::{Jobs, TakeStartupEvents};
 use gm_actors::js_engine::JsEngine;
 use gm_actors::log_writer::{Event, LogError, LogWriter};
 use gm_actors::scheduler::Scheduler;
 use gm_actors::transport::{spawn_stdin_reader, StdoutWriter};
 use serde_json::{json, Value};
 
+use crate::gitignore;
+use crate::secrets::SecretsFile;
 use crate::server::{App, Server};
 use crate::skills::Skills;
 use crate::surface::Surface;
@@ -20,6 +24,8 @@ pub const DEFAULT_MAX_INFLIGHT: usize = 8;
 /// The longest JSON-RPC line gm reads; longer lines are dropped unread and answered with an error.
 pub const DEFAULT_MAX_LINE_BYTES: usize = 64 << 20;
 pub const DEFAULT_PAGE_SIZE: usize = 100;
+/// Lines gm keeps in a git workspace's .gitignore: secret values never get committed.
+pub const GITIGNORE_LINES: &[&str] = &[".gm/secrets.env"];
 
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
@@ -71,12 +77,16 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
         let (writer, report) = LogWriter::open(&state_dir.join("log.jsonl"), &run_id)?;
         let log = writer.start();
         let skills = Arc::new(Skills::locate());
+        let jobs = Jobs::new(state_dir.join("jobs")).start();
         let ctx = Ctx {
             workspace: workspace.clone(),
+            secrets: Arc::new(SecretsFile::new(state_dir.join("secrets.env"))),
             state_dir,
             locks: FileLocks::default().start(),
             log: Some(log.clone()),
             skills: skills.clone(),
+            jobs: jobs.clone(),
+            cancel: CancelToken::default(),
         };
         log.do_send(Event::new(
             "start",
@@ -91,6 +101,20 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
                 "repairedBytes": report.repaired_bytes,
             }),
         ));
+        match gitignore::ensure(&workspace, GITIGNORE_LINES) {
+            Ok(gitignore::Outcome::Added(lines)) if !lines.is_empty() => {
+                log.do_send(Event::new("gitignore", json!({ "added": lines })));
+            }
+            Ok(gitignore::Outcome::Added(_)) => {}
+            Ok(gitignore::Outcome::NotARepository) => {
+                log.do_send(Event::new("gitignore", json!({ "state": "skipped", "why": "not a git repository" })));
+            }
+            Err(e) => log.do_send(Event::new("gitignore", json!({ "state": "failed", "error": e.to_string() }))),
+        }
+        // Jobs started by an earlier gm: adopted if still running, settled if they ended.
+        for event in jobs.send(TakeStartupEvents).await.unwrap_or_default() {
+            log.do_send(Event::new("job", serde_json::to_value(&event).unwrap_or_default()));
+        }
         if report.repaired_bytes > 0 {
             eprintln!("gm: cut a torn last line ({} bytes) from the run log", report.repaired_bytes);
         }
@@ -118,12 +142,16 @@ pub fn run_verb(workspace_dir: &Path, name: &str, args: Value) -> Result<Value, 
         workspace(workspace_dir).map_err(|e| json!({ "code": "invalid_args", "message": e.to_string() }))?;
     let system = System::new();
     system.block_on(async move {
+        let state_dir = workspace.join(".gm");
         let ctx = Ctx {
-            state_dir: workspace.join(".gm"),
+            secrets: Arc::new(SecretsFile::new(state_dir.join("secrets.env"))),
+            jobs: Jobs::new(state_dir.join("jobs")).start(),
+            state_dir,
             workspace,
             locks: FileLocks::default().start(),
             log: None,
             skills: Arc::new(Skills::locate()),
+            cancel: CancelToken::default(),
         };
         verbs::call(ctx, name, args).await.map_err(|e: VerbError| e.to_json())
     })

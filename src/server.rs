@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use futures::future::{join_all, LocalBoxFuture};
 use futures::FutureExt;
+use gm_actors::jobs::KillForeground;
 use gm_actors::js_engine::{CancelToken, JsEngine};
 use gm_actors::log_writer::{Event, Flush};
 use gm_actors::scheduler::{Admit, Scheduler};
@@ -25,6 +26,10 @@ use crate::run::{self, RunState};
 use crate::skills;
 use crate::surface::{self, Surface};
 use crate::verbs::{self, Ctx, Effect, VerbError};
+
+const RUN_SHELL: &str = "run_shell";
+/// How often a long call with a progressToken reports progress.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
 /// How long calls still running when stdin closes may take to reply.
 const SHUTDOWN_GRACE: Duration = Duration::from_millis(700);
@@ -331,6 +336,7 @@ impl Handler<Incoming> for Server {
             Incoming::Closed => {
                 let log = self.app.ctx.log.clone();
                 let session = self.session.clone();
+                let jobs = self.app.ctx.jobs.clone();
                 actix::spawn(async move {
                     // Calls still running get a short grace to reply (the client may still
                     // read stdout); gm is gone within a second either way.
@@ -339,6 +345,8 @@ impl Handler<Incoming> for Server {
                         tokio::time::sleep(Duration::from_millis(5)).await;
                     }
                     let unfinished = session.borrow().running.len();
+                    // Foreground shells end with gm; background jobs outlive it.
+                    let _ = jobs.send(KillForeground).await;
                     if let Some(log) = log {
                         log.do_send(Event::new(
                             "stop",
@@ -378,7 +386,7 @@ async fn call_tool(
     let cancel = CancelToken::default();
     {
         let mut s = session.borrow_mut();
-        let running = if name == surface::RUN_CODE {
+        let running = if name == surface::RUN_CODE || name == RUN_SHELL {
             Running::Cancellable(cancel.clone())
         } else {
             Running::Uncancellable { tool: name.clone() }
@@ -392,14 +400,19 @@ async fn call_tool(
         Err(_) => None,
     };
     let in_flight = permit.as_ref().map_or(0, |p| p.in_flight);
-    let outcome =
-        std::panic::AssertUnwindSafe(run_tool(&app, &session, &name, args.clone(), cancel.clone(), gate_open))
-            .catch_unwind()
-            .await
-            .unwrap_or_else(|panic| {
-                Err(VerbError::Internal(format!("{name} panicked: {}", verbs::panic_message(&panic))).to_json())
-            });
+    let ticker = progress_ticker(&app, &name, &params);
+    let call = run_tool(&app, &session, &name, args.clone(), cancel.clone(), gate_open);
+    let outcome = std::panic::AssertUnwindSafe(call).catch_unwind().await.unwrap_or_else(|panic| {
+        Err(VerbError::Internal(format!("{name} panicked: {}", verbs::panic_message(&panic))).to_json())
+    });
+    if let Some(t) = ticker {
+        t.abort();
+    }
     drop(permit);
+    let was_cancelled = cancel.is_cancelled();
+    // Whatever the call started and left running (a shell inside a body that ran past its
+    // budget) ends with it.
+    cancel.cancel();
     session.borrow_mut().running.remove(&key);
 
     let mut fields = json!({
@@ -420,19 +433,28 @@ async fn call_tool(
             }
         }
     }
-    if cancel.is_cancelled() {
+    if was_cancelled {
         fields["cancelled"] = json!(true);
     }
+    let secrets = app.ctx.secrets.get();
+    secrets.redact_value(&mut fields);
     if let Some(log) = &app.ctx.log {
         log.do_send(Event::new("action", fields));
     }
     // A cancelled request gets no answer (MCP: the receiver should not respond).
-    if cancel.is_cancelled() {
+    if was_cancelled {
         return None;
     }
     let result = match outcome {
-        Ok((value, extra)) => mcp::tool_result(value, false, &app.run_id, extra),
-        Err(error) => mcp::tool_result(json!({ "error": error }), true, &app.run_id, None),
+        Ok((mut value, extra)) => {
+            secrets.redact_value(&mut value);
+            let extra = extra.map(|t| secrets.redactor.redact(&t));
+            mcp::tool_result(value, false, &app.run_id, extra)
+        }
+        Err(mut error) => {
+            secrets.redact_value(&mut error);
+            mcp::tool_result(json!({ "error": error }), true, &app.run_id, None)
+        }
     };
     Some(jsonrpc::result(&id, result))
 }
@@ -482,8 +504,34 @@ async fn run_tool(
             };
             run::run_code(app, code, budget, body, cancel).await
         }
-        verb => verbs::call(app.ctx.clone(), verb, args).await.map(|v| (v, None)).map_err(|e| e.to_json()),
+        verb => {
+            let mut ctx = app.ctx.clone();
+            ctx.cancel = cancel;
+            verbs::call(ctx, verb, args).await.map(|v| (v, None)).map_err(|e| e.to_json())
+        }
     }
+}
+
+/// While a run_shell or run_code call whose `_meta` has a progressToken runs, sends
+/// `notifications/progress` every [`PROGRESS_EVERY`] with the elapsed seconds.
+fn progress_ticker(app: &App, tool: &str, params: &Value) -> Option<tokio::task::JoinHandle<()>> {
+    if tool != RUN_SHELL && tool != surface::RUN_CODE {
+        return None;
+    }
+    let token = params.get("_meta")?.get("progressToken")?.clone();
+    let out = app.out.clone();
+    let started = Instant::now();
+    Some(actix::spawn(async move {
+        loop {
+            tokio::time::sleep(PROGRESS_EVERY).await;
+            let elapsed = started.elapsed().as_secs();
+            let note = jsonrpc::notification(
+                "notifications/progress",
+                json!({ "progressToken": token, "progress": elapsed, "message": format!("running for {elapsed} s") }),
+            );
+            out.do_send(SendLine(note.to_string()));
+        }
+    }))
 }
 
 /// A request id as a map key: `1` and `"1"` are different ids.

@@ -9,7 +9,6 @@
 //! functions to put on the `gm` object and runs them.
 
 use std::path::{Component, Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -20,7 +19,8 @@ use rquickjs::function::Async;
 use rquickjs::loader::{Loader, Resolver};
 use rquickjs::{async_with, AsyncContext, AsyncRuntime, Ctx, Function, Module, Promise, Value};
 use serde_json::{json, Value as Json};
-use tokio::sync::Notify;
+
+pub use crate::cancel::CancelToken;
 
 /// Memory one body may allocate before allocation fails inside it.
 pub const MEMORY_LIMIT: usize = 256 << 20;
@@ -51,23 +51,6 @@ pub struct Run {
     pub cancel: CancelToken,
 }
 
-/// Stops a running body from any thread. A body busy in a tight loop keeps the engine's
-/// thread, so cancel cannot be a message to the engine: the token is checked by QuickJS's
-/// interrupt handler and wakes the body's await points.
-#[derive(Clone, Default)]
-pub struct CancelToken(Arc<Control>);
-
-impl CancelToken {
-    pub fn cancel(&self) {
-        self.0.cancelled.store(true, Ordering::SeqCst);
-        self.0.wake.notify_waiters();
-    }
-
-    pub fn is_cancelled(&self) -> bool {
-        self.0.cancelled.load(Ordering::SeqCst)
-    }
-}
-
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct ConsoleLine {
     pub level: String,
@@ -94,12 +77,6 @@ pub enum JsError {
     OutOfMemory { limit: usize },
     #[error("the JavaScript engine failed: {0}")]
     Engine(String),
-}
-
-#[derive(Default)]
-struct Control {
-    cancelled: AtomicBool,
-    wake: Notify,
 }
 
 /// Warm contexts kept ready: creating a runtime, a context and the `gm` prelude costs
@@ -253,24 +230,13 @@ async fn run_body(run: Run, warm: &Warm, started: Instant) -> Outcome {
     if let Ok(mut c) = warm.slot.cancel.lock() {
         *c = run.cancel.clone();
     }
-    let control = run.cancel.0.clone();
     let result = tokio::select! {
         r = evaluate(&run, warm, deadline) => r,
         () = tokio::time::sleep_until(deadline.into()) => Err(JsError::Budget { ms: budget_ms }),
-        () = cancelled(&control) => Err(JsError::Cancelled),
+        () = run.cancel.cancelled() => Err(JsError::Cancelled),
     };
     let console = warm.slot.console.lock().map(|mut c| std::mem::take(&mut *c)).unwrap_or_default();
     Outcome { result, console, elapsed: started.elapsed() }
-}
-
-async fn cancelled(control: &Control) {
-    loop {
-        let notified = control.wake.notified();
-        if control.cancelled.load(Ordering::SeqCst) {
-            return;
-        }
-        notified.await;
-    }
 }
 
 async fn evaluate(run: &Run, warm: &Warm, deadline: Instant) -> Result<Json, JsError> {

@@ -7,10 +7,16 @@
 //!   or a hard link to a file shares that file's lock.
 //! - [`log_writer`]: the run log's only writer; assigns `seq`, group-commits, answers queries.
 //! - [`js_engine`]: QuickJS runtimes for run_code bodies, on a thread of their own.
+//! - [`cancel`]: the cancel token shared by everything that can be stopped mid-way.
+//! - [`jobs`]: every process gm starts: foreground shells and background jobs, in process
+//!   groups; [`capture`] keeps their output's head and tail and spills the whole.
 //!
-//! Jobs, McpClient and Updater are later actors; they follow the same shape.
+//! McpClient and Updater are later actors; they follow the same shape.
 
+pub mod cancel;
+pub mod capture;
 pub mod file_locks;
+pub mod jobs;
 pub mod js_engine;
 pub mod log_writer;
 pub mod scheduler;

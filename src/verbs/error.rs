@@ -25,6 +25,12 @@ pub enum VerbError {
     Io { what: &'static str, path: PathBuf, source: std::io::Error },
     #[error("refused: {0}")]
     Refused(String),
+    #[error("no job named '{0}'")]
+    UnknownJob(String),
+    #[error("a job named '{0}' is still running; stop it or choose another name")]
+    DuplicateJob(String),
+    #[error("the call was cancelled")]
+    Cancelled,
     #[error("unknown verb '{0}'; gm.verbs() lists them")]
     UnknownVerb(String),
     #[error("internal error: {0}")]
@@ -43,6 +49,9 @@ impl VerbError {
             Self::AmbiguousMatch { .. } => "ambiguous_match",
             Self::Io { .. } => "io_error",
             Self::Refused(_) => "refused",
+            Self::UnknownJob(_) => "unknown_job",
+            Self::DuplicateJob(_) => "duplicate_job",
+            Self::Cancelled => "cancelled",
             Self::UnknownVerb(_) => "unknown_verb",
             Self::Internal(_) => "internal",
         }

@@ -65,11 +65,25 @@ pub async fn read_file(ctx: Ctx, args: ReadFileArgs) -> Result<ReadFileReply, Ve
         return Ok(page(args.path, &text, offset, limit));
     }
     let path = resolve(&ctx, &args.path)?;
+    refuse_secrets(&ctx, &path)?;
     let _guard = lock(&ctx, &[&path], Mode::Read).await?;
     let bytes = std::fs::read(&path).map_err(|e| VerbError::io("cannot read", &path, e))?;
     let size = bytes.len() as u64;
     let text = String::from_utf8(bytes).map_err(|_| VerbError::NotText { path: path.clone(), size })?;
     Ok(page(path.to_string_lossy().into_owned(), &text, offset, limit))
+}
+
+/// The secrets file holds values that never enter the context: its names are told, its
+/// values are not read or written through gm.
+fn refuse_secrets(ctx: &Ctx, path: &Path) -> Result<(), VerbError> {
+    if !ctx.secrets.is_secrets_file(path) {
+        return Ok(());
+    }
+    let names = ctx.secrets.get().names().join(", ");
+    Err(VerbError::Refused(format!(
+        "{} holds secret values, which gm neither reads nor writes; edit it by hand. Names set: [{names}]; shells see them as environment variables",
+        path.display()
+    )))
 }
 
 fn page(path: String, text: &str, offset: usize, limit: usize) -> ReadFileReply {
@@ -108,6 +122,7 @@ pub struct WriteFileReply {
 
 pub async fn write_file(ctx: Ctx, args: WriteFileArgs) -> Result<WriteFileReply, VerbError> {
     let path = resolve(&ctx, &args.path)?;
+    refuse_secrets(&ctx, &path)?;
     let _guard = lock(&ctx, &[&path], Mode::Write).await?;
     let created = !path.exists();
     if args.create_dirs.unwrap_or(true) {
@@ -189,6 +204,7 @@ pub async fn edit_file(ctx: Ctx, args: EditFileArgs) -> Result<EditFileReply, Ve
         return Err(VerbError::InvalidArgs("old is empty; use write_file to write a whole file".into()));
     }
     let path = resolve(&ctx, &args.path)?;
+    refuse_secrets(&ctx, &path)?;
     let _guard = lock(&ctx, &[&path], Mode::Write).await?;
     let bytes = std::fs::read(&path).map_err(|e| VerbError::io("cannot read", &path, e))?;
     let size = bytes.len() as u64;

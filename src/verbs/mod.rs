@@ -9,13 +9,16 @@ mod error;
 pub mod files;
 pub mod log;
 pub mod paths;
+pub mod shell;
 
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use actix::Addr;
 use futures::future::BoxFuture;
+use gm_actors::cancel::CancelToken;
 use gm_actors::file_locks::FileLocks;
+use gm_actors::jobs::Jobs;
 use gm_actors::log_writer::LogWriter;
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
@@ -23,6 +26,7 @@ use serde_json::Value;
 
 pub use error::VerbError;
 
+use crate::secrets::SecretsFile;
 use crate::skills::Skills;
 
 /// What a verb is allowed to touch; the scheduler and the tool annotations use it.
@@ -57,6 +61,10 @@ pub struct Ctx {
     /// The log writer; `None` in the one-shot CLI, which only reads the log.
     pub log: Option<Addr<LogWriter>>,
     pub skills: Arc<Skills>,
+    pub jobs: Addr<Jobs>,
+    pub secrets: Arc<SecretsFile>,
+    /// Tripped when the call this verb serves is cancelled.
+    pub cancel: CancelToken,
 }
 
 impl Ctx {
@@ -117,6 +125,14 @@ pub fn registry() -> &'static [Verb] {
                 "Size, type, mode and modification time of a path; exists: false when there is nothing there."),
             verb!("list_dir", "files", Effect::Read, files::ListDirArgs, files::list_dir,
                 "List a directory's entries sorted by name, in pages (prefix, offset, limit); replies with total and next."),
+            verb!("run_shell", "shell", Effect::Shell, shell::RunShellArgs, shell::run_shell,
+                "Run a shell command (bash -c, stdin closed, own process group, runs alone); exit code, stdout, stderr; long output keeps head and tail and is spilled whole to .gm/out/."),
+            verb!("job_start", "jobs", Effect::Write, shell::JobStartArgs, shell::job_start,
+                "Start a background job and return at once; its output goes to .gm/jobs/<name>.log and it outlives gm."),
+            verb!("job_status", "jobs", Effect::Read, shell::JobStatusArgs, shell::job_status,
+                "A job's state, exit code, duration and output tail; with wait (ms) it first waits for the job to end or print more."),
+            verb!("job_stop", "jobs", Effect::Write, shell::JobStopArgs, shell::job_stop,
+                "Kill a job's whole process group."),
             verb!("query_log", "log", Effect::Read, log::QueryLogArgs, log::query_log,
                 "Read events of the run log (.gm/log.jsonl), filtered by kind and seq."),
         ]

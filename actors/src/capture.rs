@@ -1,0 +1,210 @@
+//! Output capture with no silent caps: the first and last bytes stay inline, and once an
+//! output passes the inline cap the whole of it is spilled to a file the reply names.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+/// Secret values and the names that stand for them in anything gm returns or logs.
+#[derive(Debug, Clone, Default)]
+pub struct Redactor {
+    /// (value, `[secret:NAME]`), longest value first so a value inside another is not split.
+    pairs: Vec<(String, String)>,
+}
+
+impl Redactor {
+    pub fn new(secrets: &[(String, String)]) -> Self {
+        let mut pairs: Vec<(String, String)> = secrets
+            .iter()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(name, value)| (value.clone(), format!("[secret:{name}]")))
+            .collect();
+        pairs.sort_by_key(|p| std::cmp::Reverse(p.0.len()));
+        Self { pairs }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pairs.is_empty()
+    }
+
+    pub fn redact(&self, text: &str) -> String {
+        let mut out = text.to_owned();
+        for (value, name) in &self.pairs {
+            if out.contains(value.as_str()) {
+                out = out.replace(value.as_str(), name);
+            }
+        }
+        out
+    }
+}
+
+/// One captured stream, as a reply shows it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Captured {
+    /// The output, or its head and tail around a marker saying what was cut and where the
+    /// whole is.
+    pub text: String,
+    /// Bytes the stream produced.
+    pub bytes: u64,
+    /// Bytes left out of `text` (0 when it is whole).
+    pub cut: u64,
+    /// Where the whole output is, when it was cut.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spilled: Option<PathBuf>,
+}
+
+pub struct Capture {
+    cap: usize,
+    head: Vec<u8>,
+    tail: VecDeque<u8>,
+    total: u64,
+    spill_path: PathBuf,
+    spill: Option<File>,
+    spill_error: Option<String>,
+}
+
+impl Capture {
+    /// `cap`: bytes kept inline (half head, half tail once cut); `spill_path`: where the whole
+    /// goes if the output is longer.
+    pub fn new(cap: usize, spill_path: PathBuf) -> Self {
+        Self {
+            cap: cap.max(2),
+            head: Vec::new(),
+            tail: VecDeque::new(),
+            total: 0,
+            spill_path,
+            spill: None,
+            spill_error: None,
+        }
+    }
+
+    pub fn push(&mut self, chunk: &[u8]) {
+        self.total += chunk.len() as u64;
+        if self.spill.is_none() && self.spill_error.is_none() && self.head.len() + chunk.len() <= self.cap {
+            self.head.extend_from_slice(chunk);
+            return;
+        }
+        if self.spill.is_none() && self.spill_error.is_none() {
+            let opened = self
+                .spill_path
+                .parent()
+                .map_or(Ok(()), std::fs::create_dir_all)
+                .and_then(|()| File::create(&self.spill_path))
+                .and_then(|mut f| f.write_all(&self.head).map(|()| f));
+            match opened {
+                Ok(f) => self.spill = Some(f),
+                Err(e) => self.spill_error = Some(e.to_string()),
+            }
+            // The tail starts as the end of what is already held.
+            let keep = self.head.len().min(self.cap / 2);
+            self.tail.extend(&self.head[self.head.len() - keep..]);
+        }
+        if let Some(f) = &mut self.spill {
+            if let Err(e) = f.write_all(chunk) {
+                self.spill_error = Some(e.to_string());
+                self.spill = None;
+            }
+        }
+        let half = self.cap / 2;
+        if chunk.len() >= half {
+            self.tail.clear();
+            self.tail.extend(&chunk[chunk.len() - half..]);
+        } else {
+            self.tail.extend(chunk);
+            while self.tail.len() > half {
+                self.tail.pop_front();
+            }
+        }
+    }
+
+    pub fn finish(mut self, redactor: &Redactor) -> Captured {
+        let spilled = self.spill.take().is_some() || self.spill_error.is_some();
+        if !spilled {
+            let text = redactor.redact(&String::from_utf8_lossy(&self.head));
+            return Captured { text, bytes: self.total, cut: 0, spilled: None };
+        }
+        let half = self.cap / 2;
+        let head = &self.head[..self.head.len().min(half)];
+        let tail: Vec<u8> = self.tail.iter().copied().collect();
+        let cut = self.total - head.len() as u64 - tail.len() as u64;
+        let (whole, note) = match &self.spill_error {
+            None => {
+                if !redactor.is_empty() {
+                    redact_file(&self.spill_path, redactor);
+                }
+                let note = format!("the whole output is in {}", self.spill_path.display());
+                (Some(self.spill_path.clone()), note)
+            }
+            Some(e) => (None, format!("it could not be saved: {e}")),
+        };
+        let text = format!(
+            "{}\n[... {cut} bytes cut; {note} ...]\n{}",
+            String::from_utf8_lossy(head),
+            String::from_utf8_lossy(&tail)
+        );
+        Captured { text: redactor.redact(&text), bytes: self.total, cut, spilled: whole }
+    }
+}
+
+/// Rewrites a spilled file with secrets replaced. Bytes that are not UTF-8 are kept as they are
+/// only when no secret needs replacing.
+fn redact_file(path: &Path, redactor: &Redactor) {
+    let Ok(bytes) = std::fs::read(path) else { return };
+    let text = String::from_utf8_lossy(&bytes);
+    let redacted = redactor.redact(&text);
+    if redacted != text {
+        let _ = std::fs::write(path, redacted);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_output_stays_whole() {
+        let dir = std::env::temp_dir().join(format!("gm-cap-{}-a", std::process::id()));
+        let mut c = Capture::new(100, dir.join("x.txt"));
+        c.push(b"hello ");
+        c.push(b"world");
+        let out = c.finish(&Redactor::default());
+        assert_eq!(out, Captured { text: "hello world".into(), bytes: 11, cut: 0, spilled: None });
+    }
+
+    #[test]
+    fn long_output_keeps_head_and_tail_and_spills_the_whole() {
+        let dir = std::env::temp_dir().join(format!("gm-cap-{}-b", std::process::id()));
+        let path = dir.join("x.txt");
+        let mut c = Capture::new(10, path.clone());
+        let data: Vec<u8> = (0..1000u32).map(|i| b'a' + (i % 26) as u8).collect();
+        for chunk in data.chunks(7) {
+            c.push(chunk);
+        }
+        let out = c.finish(&Redactor::default());
+        assert_eq!(out.bytes, 1000);
+        assert_eq!(out.cut, 990);
+        assert!(out.text.starts_with("abcde\n[... 990 bytes cut;"));
+        assert!(out.text.ends_with(&String::from_utf8_lossy(&data[995..]).into_owned()));
+        assert_eq!(std::fs::read(&path).expect("spill"), data);
+        assert_eq!(out.spilled, Some(path));
+    }
+
+    #[test]
+    fn secrets_are_replaced_inline_and_in_the_spill_file() {
+        let dir = std::env::temp_dir().join(format!("gm-cap-{}-c", std::process::id()));
+        let path = dir.join("x.txt");
+        let r = Redactor::new(&[("TOKEN".into(), "s3cr3t-value".into())]);
+        let mut c = Capture::new(16, path.clone());
+        c.push(b"key=s3cr3t-value\n");
+        c.push(&[b'.'; 100]);
+        c.push(b"again s3cr3t-value");
+        let out = c.finish(&r);
+        assert!(!out.text.contains("s3cr3t"));
+        let file = std::fs::read_to_string(&path).expect("spill");
+        assert!(!file.contains("s3cr3t") && file.contains("[secret:TOKEN]"));
+    }
+}

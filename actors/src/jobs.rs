@@ -1,0 +1,733 @@
+//! The Jobs actor: every process gm starts — foreground shells and background jobs.
+//!
+//! Each process runs in its own process group, so a kill ends the whole group: no orphans.
+//! A foreground shell's output is read while it runs (a process printing megabytes never
+//! blocks on a full pipe) into [`Capture`]s. A background job writes its output to
+//! `<dir>/<name>.log` and its shell writes the exit code to `<dir>/<name>.exit`, so a job
+//! outlives gm: a restarted gm adopts the jobs still running (with their remaining timeout)
+//! and settles the ones that ended while no gm ran.
+
+use std::collections::{HashMap, HashSet};
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use actix::prelude::*;
+use serde::{Deserialize, Serialize};
+use tokio::io::AsyncReadExt;
+
+use crate::cancel::CancelToken;
+use crate::capture::{Capture, Captured, Redactor};
+
+/// Time a group gets between SIGTERM and SIGKILL.
+pub const KILL_GRACE: Duration = Duration::from_millis(500);
+/// How often a job's files are looked at while someone waits on it.
+const POLL: Duration = Duration::from_millis(25);
+/// After a foreground shell exits, how long its output pipes may stay open (held by a
+/// process it left behind) before that process's group is killed.
+const DRAIN: Duration = Duration::from_millis(200);
+
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    #[error("cannot start the shell: {0}")]
+    Spawn(std::io::Error),
+    #[error("the working directory {0} does not exist or is not a directory")]
+    NoCwd(PathBuf),
+    #[error("no job named '{0}'")]
+    UnknownJob(String),
+    #[error("a job named '{0}' is still running; stop it or choose another name")]
+    DuplicateJob(String),
+    #[error("invalid job name '{0}': use 1-64 letters, digits, '.', '_' or '-'")]
+    BadName(String),
+    #[error("job files in {path}: {source}")]
+    Files { path: PathBuf, source: std::io::Error },
+}
+
+/// How to run one shell command.
+#[derive(Debug, Clone)]
+pub struct ShellSpec {
+    pub command: String,
+    pub cwd: PathBuf,
+    pub env: Vec<(String, String)>,
+    pub timeout: Duration,
+    /// Bytes of each stream kept inline.
+    pub inline_cap: usize,
+    /// Where stdout and stderr spill: `<spill_stem>.stdout.txt` and `.stderr.txt`.
+    pub spill_stem: PathBuf,
+    pub redactor: Redactor,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ShellOutcome {
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub stdout: Captured,
+    pub stderr: Captured,
+    pub duration_ms: u64,
+    pub timed_out: bool,
+    #[serde(skip)]
+    pub cancelled: bool,
+}
+
+/// Run a foreground shell to its end, its timeout or its cancel.
+#[derive(Message)]
+#[rtype(result = "Result<ShellOutcome, JobError>")]
+pub struct RunShell {
+    pub spec: ShellSpec,
+    pub cancel: CancelToken,
+}
+
+/// Start a background job; returns at once.
+#[derive(Message)]
+#[rtype(result = "Result<JobInfo, JobError>")]
+pub struct StartJob {
+    pub name: Option<String>,
+    pub command: String,
+    pub cwd: PathBuf,
+    pub env: Vec<(String, String)>,
+    pub timeout: Option<Duration>,
+}
+
+/// A job's state; with `wait`, first waits for it to end or print more, up to `wait`.
+#[derive(Message)]
+#[rtype(result = "Result<JobInfo, JobError>")]
+pub struct JobStatus {
+    pub name: String,
+    pub wait: Option<Duration>,
+    pub tail_bytes: usize,
+}
+
+/// Kill a job's process group.
+#[derive(Message)]
+#[rtype(result = "Result<JobInfo, JobError>")]
+pub struct StopJob {
+    pub name: String,
+}
+
+/// Every job gm knows of, running first.
+#[derive(Message)]
+#[rtype(result = "Vec<JobInfo>")]
+pub struct ListJobs;
+
+/// Kill every foreground shell (gm is exiting). Background jobs are left running.
+#[derive(Message)]
+#[rtype(result = "usize")]
+pub struct KillForeground;
+
+/// Jobs adopted or settled when this actor started, for the log.
+#[derive(Message)]
+#[rtype(result = "Vec<JobEvent>")]
+pub struct TakeStartupEvents;
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobEvent {
+    pub name: String,
+    /// `adopted` (still running, watched again) or `settled` (ended while no gm ran).
+    pub what: &'static str,
+    pub info: JobInfo,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum JobState {
+    Running,
+    Exited,
+    Killed,
+    TimedOut,
+    /// The process is gone and left no exit code (killed while no gm ran, or the machine
+    /// restarted).
+    Lost,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobInfo {
+    pub name: String,
+    pub state: JobState,
+    pub command: String,
+    pub pid: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    pub started_ms: u64,
+    pub duration_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    pub log_path: PathBuf,
+    pub log_bytes: u64,
+    /// The end of the job's output (stdout and stderr together).
+    pub tail: String,
+    /// Bytes of the log before `tail`.
+    pub tail_cut: u64,
+}
+
+/// What is kept on disk beside a job's log, so another gm can adopt it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct JobMeta {
+    name: String,
+    command: String,
+    cwd: PathBuf,
+    pid: u32,
+    /// The process's start time in clock ticks since boot (from /proc), so a reused pid is
+    /// not mistaken for the job.
+    proc_start: Option<u64>,
+    started_ms: u64,
+    timeout_ms: Option<u64>,
+    /// Set when gm itself stopped the job or its timeout did.
+    #[serde(default)]
+    ended_by: Option<JobState>,
+    #[serde(default)]
+    ended_ms: Option<u64>,
+    /// Whether a gm has logged how this job ended.
+    #[serde(default)]
+    end_reported: bool,
+}
+
+pub struct Jobs {
+    dir: PathBuf,
+    foreground: HashSet<i32>,
+    jobs: HashMap<String, JobMeta>,
+    next_name: u64,
+    startup: Vec<JobEvent>,
+}
+
+impl Jobs {
+    /// `dir` holds the job files (`.gm/jobs`).
+    pub fn new(dir: PathBuf) -> Self {
+        Self { dir, foreground: HashSet::new(), jobs: HashMap::new(), next_name: 1, startup: Vec::new() }
+    }
+
+    fn paths(&self, name: &str) -> (PathBuf, PathBuf, PathBuf) {
+        (
+            self.dir.join(format!("{name}.log")),
+            self.dir.join(format!("{name}.exit")),
+            self.dir.join(format!("{name}.json")),
+        )
+    }
+
+    fn save(&self, meta: &JobMeta) -> Result<(), JobError> {
+        let (_, _, json) = self.paths(&meta.name);
+        let text = serde_json::to_vec_pretty(meta).unwrap_or_default();
+        let tmp = json.with_extension("json.tmp");
+        std::fs::write(&tmp, text)
+            .and_then(|()| std::fs::rename(&tmp, &json))
+            .map_err(|source| JobError::Files { path: json, source })
+    }
+
+    fn info(&self, meta: &JobMeta, tail_bytes: usize) -> JobInfo {
+        let (log, exit, _) = self.paths(&meta.name);
+        let exit_text = std::fs::read_to_string(&exit).ok();
+        let exit_code = exit_text.as_deref().and_then(|t| t.trim().parse::<i32>().ok());
+        let alive = exit_text.is_none() && process_matches(meta.pid, meta.proc_start);
+        let state = match (meta.ended_by, exit_text.is_some(), alive) {
+            (Some(by), _, false) => by,
+            (_, true, _) => JobState::Exited,
+            (_, false, true) => JobState::Running,
+            (_, false, false) => JobState::Lost,
+        };
+        let now = now_ms();
+        let ended = if state == JobState::Running {
+            now
+        } else {
+            meta.ended_ms.or_else(|| file_mtime_ms(&exit)).unwrap_or(now)
+        };
+        let (tail, log_bytes) = read_tail(&log, tail_bytes);
+        JobInfo {
+            name: meta.name.clone(),
+            state,
+            command: meta.command.clone(),
+            pid: meta.pid,
+            exit_code,
+            started_ms: meta.started_ms,
+            duration_ms: ended.saturating_sub(meta.started_ms),
+            timeout_ms: meta.timeout_ms,
+            log_path: log,
+            log_bytes,
+            tail_cut: log_bytes.saturating_sub(tail.len() as u64),
+            tail,
+        }
+    }
+
+    /// Reads the job files left by earlier gm processes: adopts the live ones, settles the rest.
+    fn scan(&mut self, ctx: &mut Context<Self>) {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else { return };
+        for entry in entries.filter_map(Result::ok) {
+            let path = entry.path();
+            if path.extension().and_then(|e| e.to_str()) != Some("json") {
+                continue;
+            }
+            let Ok(meta) = std::fs::read(&path)
+                .map_err(|_| ())
+                .and_then(|b| serde_json::from_slice::<JobMeta>(&b).map_err(|_| ()))
+            else {
+                continue;
+            };
+            let mut meta = meta;
+            let info = self.info(&meta, 2048);
+            if info.state == JobState::Running {
+                self.watch_deadline(&meta, ctx);
+                self.startup.push(JobEvent { name: meta.name.clone(), what: "adopted", info });
+            } else if !meta.end_reported {
+                // Ended while no gm watched it: say so once, and remember that it was said.
+                if info.state == JobState::Lost {
+                    meta.ended_by = Some(JobState::Lost);
+                    meta.ended_ms = Some(now_ms());
+                }
+                meta.end_reported = true;
+                let _ = self.save(&meta);
+                let info = self.info(&meta, 2048);
+                self.startup.push(JobEvent { name: meta.name.clone(), what: "settled", info });
+            }
+            self.jobs.insert(meta.name.clone(), meta);
+        }
+    }
+
+    /// Kills a job at its deadline (the remaining part of its timeout, for an adopted job).
+    fn watch_deadline(&self, meta: &JobMeta, ctx: &mut Context<Self>) {
+        let Some(timeout) = meta.timeout_ms else { return };
+        let left = (meta.started_ms + timeout).saturating_sub(now_ms());
+        let name = meta.name.clone();
+        ctx.run_later(Duration::from_millis(left), move |act, _| {
+            let Some(meta) = act.jobs.get(&name).cloned() else { return };
+            if act.info(&meta, 0).state == JobState::Running {
+                kill_group(meta.pid as i32);
+                act.mark_ended(&name, JobState::TimedOut);
+            }
+        });
+    }
+
+    fn mark_ended(&mut self, name: &str, by: JobState) {
+        if let Some(meta) = self.jobs.get_mut(name) {
+            meta.ended_by = Some(by);
+            meta.ended_ms = Some(now_ms());
+            let meta = meta.clone();
+            let _ = self.save(&meta);
+        }
+    }
+
+    fn start_job(&mut self, msg: StartJob, ctx: &mut Context<Self>) -> Result<JobInfo, JobError> {
+        let name = match msg.name {
+            Some(n) => n,
+            None => loop {
+                let candidate = format!("job-{}", self.next_name);
+                self.next_name += 1;
+                if !self.jobs.contains_key(&candidate) {
+                    break candidate;
+                }
+            },
+        };
+        if !valid_name(&name) {
+            return Err(JobError::BadName(name));
+        }
+        if let Some(old) = self.jobs.get(&name) {
+            if self.info(old, 0).state == JobState::Running {
+                return Err(JobError::DuplicateJob(name));
+            }
+        }
+        if !msg.cwd.is_dir() {
+            return Err(JobError::NoCwd(msg.cwd));
+        }
+        std::fs::create_dir_all(&self.dir).map_err(|source| JobError::Files { path: self.dir.clone(), source })?;
+        let (log, exit, _) = self.paths(&name);
+        let _ = std::fs::remove_file(&exit);
+        // The wrapper shell leads the group, sends the command's output to the log and writes
+        // its exit code when it ends, whether or not a gm is there to see it.
+        let wrapper =
+            r#"bash -c "$1" > "$2" 2>&1 < /dev/null; code=$?; printf '%s\n' "$code" > "$3.tmp" && mv "$3.tmp" "$3""#;
+        let mut cmd = std::process::Command::new(shell());
+        cmd.arg("-c")
+            .arg(wrapper)
+            .arg("gm-job")
+            .arg(&msg.command)
+            .arg(&log)
+            .arg(&exit)
+            .current_dir(&msg.cwd)
+            .envs(msg.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        let child = cmd.spawn().map_err(JobError::Spawn)?;
+        let pid = child.id();
+        // Reap the wrapper when it ends so it does not linger as a zombie; the exit file is
+        // the record of how it ended.
+        std::thread::Builder::new()
+            .name(format!("gm-job-{name}"))
+            .spawn(move || {
+                let mut child = child;
+                let _ = child.wait();
+            })
+            .map_err(JobError::Spawn)?;
+        let meta = JobMeta {
+            name: name.clone(),
+            command: msg.command,
+            cwd: msg.cwd,
+            pid,
+            proc_start: proc_start_ticks(pid),
+            started_ms: now_ms(),
+            timeout_ms: msg.timeout.map(|t| t.as_millis() as u64),
+            ended_by: None,
+            ended_ms: None,
+            end_reported: false,
+        };
+        self.save(&meta)?;
+        self.watch_deadline(&meta, ctx);
+        let info = self.info(&meta, 0);
+        self.jobs.insert(name, meta);
+        Ok(info)
+    }
+}
+
+impl Actor for Jobs {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        self.scan(ctx);
+    }
+
+    fn stopping(&mut self, _: &mut Context<Self>) -> Running {
+        for pgid in self.foreground.drain() {
+            kill_group(pgid);
+        }
+        Running::Stop
+    }
+}
+
+impl Handler<RunShell> for Jobs {
+    type Result = ResponseActFuture<Self, Result<ShellOutcome, JobError>>;
+    fn handle(&mut self, msg: RunShell, _: &mut Context<Self>) -> Self::Result {
+        let spawned = spawn_shell(&msg.spec);
+        let pgid = spawned.as_ref().ok().and_then(|c| c.id()).map(|p| p as i32);
+        if let Some(pgid) = pgid {
+            self.foreground.insert(pgid);
+        }
+        let work = async move {
+            let child = spawned?;
+            Ok(wait_shell(child, msg.spec, msg.cancel).await)
+        };
+        Box::pin(work.into_actor(self).map(move |res, act, _| {
+            if let Some(pgid) = pgid {
+                act.foreground.remove(&pgid);
+            }
+            res
+        }))
+    }
+}
+
+impl Handler<StartJob> for Jobs {
+    type Result = Result<JobInfo, JobError>;
+    fn handle(&mut self, msg: StartJob, ctx: &mut Context<Self>) -> Self::Result {
+        self.start_job(msg, ctx)
+    }
+}
+
+impl Handler<JobStatus> for Jobs {
+    type Result = ResponseActFuture<Self, Result<JobInfo, JobError>>;
+    fn handle(&mut self, msg: JobStatus, _: &mut Context<Self>) -> Self::Result {
+        let Some(meta) = self.jobs.get(&msg.name).cloned() else {
+            return Box::pin(fut::ready(Err(JobError::UnknownJob(msg.name))));
+        };
+        let first = self.info(&meta, 0);
+        let Some(wait) = msg.wait.filter(|_| first.state == JobState::Running) else {
+            return Box::pin(fut::ready(Ok(self.info(&meta, msg.tail_bytes))));
+        };
+        // Wait for the job to end or print more, looking at its files; an adopted job is not
+        // our child, so files are the one way to see it that works for every job.
+        let (log, exit, _) = self.paths(&msg.name);
+        let start_bytes = first.log_bytes;
+        let work = async move {
+            let deadline = Instant::now() + wait;
+            while Instant::now() < deadline {
+                tokio::time::sleep(POLL).await;
+                let grew = std::fs::metadata(&log).map(|m| m.len() > start_bytes).unwrap_or(false);
+                if grew || exit.exists() || !process_matches(meta.pid, meta.proc_start) {
+                    break;
+                }
+            }
+            meta
+        };
+        Box::pin(work.into_actor(self).map(move |meta, act, _| {
+            // A short pause lets an exit that raced the output be seen in the same reply.
+            let meta = act.jobs.get(&meta.name).cloned().unwrap_or(meta);
+            Ok(act.info(&meta, msg.tail_bytes))
+        }))
+    }
+}
+
+impl Handler<StopJob> for Jobs {
+    type Result = ResponseActFuture<Self, Result<JobInfo, JobError>>;
+    fn handle(&mut self, msg: StopJob, _: &mut Context<Self>) -> Self::Result {
+        let Some(meta) = self.jobs.get(&msg.name).cloned() else {
+            return Box::pin(fut::ready(Err(JobError::UnknownJob(msg.name))));
+        };
+        if self.info(&meta, 0).state != JobState::Running {
+            return Box::pin(fut::ready(Ok(self.info(&meta, 2048))));
+        }
+        let pid = meta.pid;
+        let proc_start = meta.proc_start;
+        let work = async move {
+            terminate_group(pid as i32, || process_matches(pid, proc_start)).await;
+        };
+        Box::pin(work.into_actor(self).map(move |(), act, _| {
+            act.mark_ended(&msg.name, JobState::Killed);
+            let meta = act.jobs.get(&msg.name).cloned().unwrap_or(meta);
+            Ok(act.info(&meta, 2048))
+        }))
+    }
+}
+
+impl Handler<ListJobs> for Jobs {
+    type Result = Vec<JobInfo>;
+    fn handle(&mut self, _: ListJobs, _: &mut Context<Self>) -> Vec<JobInfo> {
+        let mut all: Vec<JobInfo> = self.jobs.values().map(|m| self.info(m, 0)).collect();
+        all.sort_by(|a, b| {
+            (a.state != JobState::Running, a.started_ms).cmp(&(b.state != JobState::Running, b.started_ms))
+        });
+        all
+    }
+}
+
+impl Handler<KillForeground> for Jobs {
+    type Result = usize;
+    fn handle(&mut self, _: KillForeground, _: &mut Context<Self>) -> usize {
+        let n = self.foreground.len();
+        for pgid in self.foreground.drain() {
+            kill_group(pgid);
+        }
+        n
+    }
+}
+
+impl Handler<TakeStartupEvents> for Jobs {
+    type Result = Vec<JobEvent>;
+    fn handle(&mut self, _: TakeStartupEvents, _: &mut Context<Self>) -> Vec<JobEvent> {
+        std::mem::take(&mut self.startup)
+    }
+}
+
+/// `bash` where there is one, else POSIX `sh`.
+fn shell() -> &'static str {
+    static SHELL: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+    SHELL.get_or_init(|| {
+        let found = std::env::var_os("PATH")
+            .map(|p| std::env::split_paths(&p).any(|d| d.join("bash").is_file()))
+            .unwrap_or(false);
+        if found {
+            "bash"
+        } else {
+            "sh"
+        }
+    })
+}
+
+fn spawn_shell(spec: &ShellSpec) -> Result<tokio::process::Child, JobError> {
+    if !spec.cwd.is_dir() {
+        return Err(JobError::NoCwd(spec.cwd.clone()));
+    }
+    let mut cmd = tokio::process::Command::new(shell());
+    cmd.arg("-c")
+        .arg(&spec.command)
+        .current_dir(&spec.cwd)
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(false);
+    cmd.spawn().map_err(JobError::Spawn)
+}
+
+async fn wait_shell(mut child: tokio::process::Child, spec: ShellSpec, cancel: CancelToken) -> ShellOutcome {
+    let started = Instant::now();
+    let pgid = child.id().map_or(0, |p| p as i32);
+    let mut out = Capture::new(spec.inline_cap, spec.spill_stem.with_extension("stdout.txt"));
+    let mut err = Capture::new(spec.inline_cap, spec.spill_stem.with_extension("stderr.txt"));
+    let mut stdout = child.stdout.take();
+    let mut stderr = child.stderr.take();
+    let mut obuf = vec![0u8; 64 * 1024];
+    let mut ebuf = vec![0u8; 64 * 1024];
+    let deadline = tokio::time::Instant::now() + spec.timeout;
+    let mut timed_out = false;
+    let mut cancelled = false;
+    let mut status = None;
+    let mut drain_until: Option<tokio::time::Instant> = None;
+    loop {
+        if stdout.is_none() && stderr.is_none() && status.is_some() {
+            break;
+        }
+        let drain = async {
+            match drain_until {
+                Some(t) => tokio::time::sleep_until(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            n = read_some(&mut stdout, &mut obuf) => match n {
+                Some(n) => out.push(&obuf[..n]),
+                None => stdout = None,
+            },
+            n = read_some(&mut stderr, &mut ebuf) => match n {
+                Some(n) => err.push(&ebuf[..n]),
+                None => stderr = None,
+            },
+            s = child.wait(), if status.is_none() => {
+                status = Some(s);
+                drain_until = Some(tokio::time::Instant::now() + DRAIN);
+            }
+            () = tokio::time::sleep_until(deadline), if !timed_out && !cancelled && status.is_none() => {
+                timed_out = true;
+                terminate_group(pgid, || true).await;
+            }
+            () = cancel.cancelled(), if !cancelled && !timed_out && status.is_none() => {
+                cancelled = true;
+                kill_group(pgid);
+            }
+            () = drain => {
+                // The shell is gone but something it started still holds the pipes: end it.
+                kill_group(pgid);
+                stdout = None;
+                stderr = None;
+            }
+        }
+    }
+    // Nothing of the group may outlive a foreground shell.
+    kill_group(pgid);
+    let (exit_code, signal) = match status {
+        Some(Ok(s)) => (s.code(), std::os::unix::process::ExitStatusExt::signal(&s)),
+        _ => (None, None),
+    };
+    ShellOutcome {
+        exit_code,
+        signal,
+        stdout: out.finish(&spec.redactor),
+        stderr: err.finish(&spec.redactor),
+        duration_ms: started.elapsed().as_millis() as u64,
+        timed_out,
+        cancelled,
+    }
+}
+
+/// Reads some bytes from a pipe; `None` at its end (or when there is no pipe: then never).
+async fn read_some<R: tokio::io::AsyncRead + Unpin>(pipe: &mut Option<R>, buf: &mut [u8]) -> Option<usize> {
+    match pipe {
+        Some(p) => match p.read(buf).await {
+            Ok(0) | Err(_) => None,
+            Ok(n) => Some(n),
+        },
+        None => std::future::pending().await,
+    }
+}
+
+/// SIGTERM to the group, then SIGKILL after [`KILL_GRACE`] if `alive()` still says so.
+async fn terminate_group(pgid: i32, alive: impl Fn() -> bool) {
+    if pgid <= 0 {
+        return;
+    }
+    // SAFETY: kill(2) with a negative pid signals that process group; no memory is touched.
+    unsafe { libc::kill(-pgid, libc::SIGTERM) };
+    let deadline = Instant::now() + KILL_GRACE;
+    while Instant::now() < deadline && alive() && group_exists(pgid) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    kill_group(pgid);
+}
+
+fn kill_group(pgid: i32) {
+    if pgid > 0 {
+        // SAFETY: as above.
+        unsafe { libc::kill(-pgid, libc::SIGKILL) };
+    }
+}
+
+fn group_exists(pgid: i32) -> bool {
+    // SAFETY: signal 0 checks for existence only.
+    unsafe { libc::kill(-pgid, 0) == 0 }
+}
+
+/// Whether `pid` is alive and is the process that was started (same start time).
+fn process_matches(pid: u32, start: Option<u64>) -> bool {
+    // SAFETY: signal 0 checks for existence only.
+    let exists = unsafe { libc::kill(pid as i32, 0) == 0 };
+    if !exists {
+        return false;
+    }
+    if is_zombie(pid) {
+        return false;
+    }
+    match (start, proc_start_ticks(pid)) {
+        (Some(a), Some(b)) => a == b,
+        _ => true,
+    }
+}
+
+/// Field 22 of /proc/<pid>/stat: the start time in clock ticks since boot.
+fn proc_start_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 2..];
+    after.split_whitespace().nth(19)?.parse().ok()
+}
+
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rfind(')').map(|i| s[i + 2..].starts_with('Z')))
+        .unwrap_or(false)
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        && !name.starts_with('.')
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+fn file_mtime_ms(path: &Path) -> Option<u64> {
+    let t = std::fs::metadata(path).ok()?.modified().ok()?;
+    t.duration_since(UNIX_EPOCH).ok().map(|d| d.as_millis() as u64)
+}
+
+/// The last `n` bytes of a file (lossy UTF-8) and the file's size.
+fn read_tail(path: &Path, n: usize) -> (String, u64) {
+    let Ok(mut f) = std::fs::File::open(path) else { return (String::new(), 0) };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    if n == 0 {
+        return (String::new(), len);
+    }
+    let start = len.saturating_sub(n as u64);
+    let mut buf = Vec::with_capacity((len - start) as usize);
+    if f.seek(SeekFrom::Start(start)).is_ok() {
+        let _ = f.take(n as u64).read_to_end(&mut buf);
+    }
+    (String::from_utf8_lossy(&buf).into_owned(), len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_names_are_checked() {
+        for ok in ["build", "test-1", "a.b_c"] {
+            assert!(valid_name(ok), "{ok}");
+        }
+        for bad in ["", ".hidden", "a/b", "x y", &"n".repeat(65)] {
+            assert!(!valid_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn this_process_matches_its_own_start_time() {
+        let me = std::process::id();
+        let start = proc_start_ticks(me);
+        assert!(start.is_some());
+        assert!(process_matches(me, start));
+        assert!(!process_matches(me, start.map(|s| s + 1)));
+    }
+}
