@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gm_actors::jobs::{JobState, ListJobs};
+use gm_actors::jobs::{FinishBody, JobState, ListJobs, StartBody, StopBodies};
 use gm_actors::js_engine::{CancelToken, JsError, Outcome, Run};
 use gm_actors::log_writer::{Event, Flush, Tail};
 use schemars::JsonSchema;
@@ -16,6 +16,8 @@ use crate::verbs::{parse_args, VerbError};
 
 pub const DEFAULT_BUDGET_MS: u64 = 180_000;
 pub const MAX_BUDGET_MS: u64 = 300_000;
+/// How long a body that went on in the background may run before it is interrupted.
+pub const BACKGROUND_LIFETIME: Duration = Duration::from_secs(3600);
 const RECENT_EVENTS: usize = 10;
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -66,7 +68,7 @@ pub async fn next_context(app: &App, state: RunState) -> Result<Value, VerbError
     let background: Vec<Value> = jobs
         .iter()
         .filter(|j| j.state == JobState::Running)
-        .map(|j| json!({ "name": j.name, "command": j.command, "durationMs": j.duration_ms, "logBytes": j.log_bytes }))
+        .map(|j| json!({ "name": j.name, "kind": j.kind, "command": j.command, "durationMs": j.duration_ms, "logBytes": j.log_bytes }))
         .collect();
     let mut v = json!({
         "runId": app.run_id,
@@ -89,16 +91,23 @@ pub async fn next_context(app: &App, state: RunState) -> Result<Value, VerbError
 pub async fn finish(app: &App, args: Value, state: RunState) -> Result<Value, VerbError> {
     let args: FinishArgs = parse_args(args)?;
     let gaps = args.gaps.unwrap_or_default();
+    let stopped = if args.stop_background.unwrap_or(false) {
+        app.ctx.jobs.send(StopBodies).await.unwrap_or_default()
+    } else {
+        Vec::new()
+    };
     let mut last_seq = None;
     if let Some(log) = &app.ctx.log {
         log.do_send(Event::new(
             "end",
-            json!({ "summary": args.summary, "gaps": gaps, "steps": state.step, "task": state.task, "stoppedBackground": 0 }),
+            json!({ "summary": args.summary, "gaps": gaps, "steps": state.step, "task": state.task, "stoppedBackground": stopped }),
         ));
         // The end of a run is synced to disk before finish replies.
         last_seq = log.send(Flush).await.ok().and_then(Result::ok);
     }
-    Ok(json!({ "runId": app.run_id, "steps": state.step, "gaps": gaps, "lastSeq": last_seq, "stoppedBackground": 0 }))
+    Ok(
+        json!({ "runId": app.run_id, "steps": state.step, "gaps": gaps, "lastSeq": last_seq, "stoppedBackground": stopped }),
+    )
 }
 
 pub fn parse_run_code(args: Value) -> Result<(String, Duration), VerbError> {
@@ -110,23 +119,93 @@ pub fn parse_run_code(args: Value) -> Result<(String, Duration), VerbError> {
     Ok((args.code, Duration::from_millis(ms)))
 }
 
+/// What a run-loop tool or a verb call gives back to the server.
+pub struct ToolOutput {
+    pub value: Value,
+    /// A second text block (run_code's console), if any.
+    pub extra: Option<String>,
+    /// The call handed work to the background (a run_code body past its budget): what it
+    /// started must not be stopped when the call returns.
+    pub detached: bool,
+}
+
+impl ToolOutput {
+    pub fn value(value: Value) -> Self {
+        Self { value, extra: None, detached: false }
+    }
+}
+
+/// Runs a body. One still running at its budget goes on in the background as a job
+/// (`body-<n>`): the call returns at once with its name, and `job_status` reports its result.
 pub async fn run_code(
     app: &App,
     code: String,
     budget: Duration,
     body: u64,
     cancel: CancelToken,
-) -> Result<(Value, Option<String>), Value> {
+) -> Result<ToolOutput, Value> {
     let mut ctx = app.ctx.clone();
     // Shells the body starts are stopped with it.
     ctx.cancel = cancel.clone();
     let host = Arc::new(crate::js::Host::new(ctx, body));
     let lines: Vec<String> = code.lines().map(str::to_owned).collect();
-    let run = Run { id: body, body: code, budget, host, cancel };
-    let outcome: Outcome = app
-        .js
-        .send(run)
+    let summary = code.clone();
+    let run = Run { id: body, body: code, budget: BACKGROUND_LIFETIME, host, cancel: cancel.clone() };
+    let engines = app.js.clone();
+    let mut pending = Box::pin(async move { engines.run(run).await });
+    let started_ms = now_ms();
+    tokio::select! {
+        outcome = &mut pending => {
+            let (value, extra) = shape(outcome, &lines)?;
+            return Ok(ToolOutput { value, extra, detached: false });
+        }
+        () = tokio::time::sleep(budget) => {}
+    }
+    let info = app
+        .ctx
+        .jobs
+        .send(StartBody { code: summary, cancel, started_ms })
         .await
+        .map_err(|e| json!({ "code": "internal", "message": format!("the jobs actor is unavailable: {e}") }))?
+        .map_err(|e| json!({ "code": "internal", "message": e.to_string() }))?;
+    let name = info.name.clone();
+    let (jobs, log, secrets) = (app.ctx.jobs.clone(), app.ctx.log.clone(), app.ctx.secrets.clone());
+    let finished = name.clone();
+    actix::spawn(async move {
+        let outcome = pending.await;
+        let console = match &outcome {
+            Ok(o) => o.console.iter().map(|l| format!("[{}] {}\n", l.level, l.text)).collect(),
+            Err(_) => String::new(),
+        };
+        let secrets = secrets.get();
+        let mut result = shape(outcome, &lines).map(|(v, _)| v["result"].clone());
+        match &mut result {
+            Ok(v) | Err(v) => secrets.redact_value(v),
+        }
+        let outcome = if result.is_ok() { "ok" } else { "error" };
+        if let Some(log) = &log {
+            log.do_send(Event::new(
+                "job",
+                json!({ "name": finished, "kind": "body", "what": "done", "outcome": outcome }),
+            ));
+        }
+        jobs.do_send(FinishBody { name: finished, result, console: secrets.redactor.redact(&console) });
+    });
+    let value = json!({
+        "background": name,
+        "state": "running",
+        "budgetMs": budget.as_millis() as u64,
+        "message": format!(
+            "the body ran past its budget of {} ms and goes on in the background as job '{name}'; job_status({{ name: '{name}', wait }}) reports its result, job_stop stops it",
+            budget.as_millis()
+        ),
+    });
+    Ok(ToolOutput { value, extra: None, detached: true })
+}
+
+/// A finished body as a tool result: its value and console, or a structured error.
+fn shape(outcome: Result<Outcome, actix::MailboxError>, lines: &[String]) -> Result<(Value, Option<String>), Value> {
+    let outcome = outcome
         .map_err(|e| json!({ "code": "engine_error", "message": format!("the JS engine is unavailable: {e}") }))?;
     let console_text = (!outcome.console.is_empty()).then(|| {
         let mut t = String::from("console:\n");
@@ -158,6 +237,10 @@ pub async fn run_code(
             Err(err)
         }
     }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 fn js_error_code(e: &JsError) -> &'static str {

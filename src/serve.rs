@@ -7,7 +7,7 @@ use actix::prelude::*;
 use gm_actors::cancel::CancelToken;
 use gm_actors::file_locks::FileLocks;
 use gm_actors::jobs::{Jobs, TakeStartupEvents};
-use gm_actors::js_engine::JsEngine;
+use gm_actors::js_engine::JsEngines;
 use gm_actors::log_writer::{Event, LogError, LogWriter};
 use gm_actors::scheduler::Scheduler;
 use gm_actors::transport::{spawn_stdin_reader, StdoutWriter};
@@ -24,6 +24,8 @@ pub const DEFAULT_MAX_INFLIGHT: usize = 8;
 /// The longest JSON-RPC line gm reads; longer lines are dropped unread and answered with an error.
 pub const DEFAULT_MAX_LINE_BYTES: usize = 64 << 20;
 pub const DEFAULT_PAGE_SIZE: usize = 100;
+/// JS engine threads: a body busy in a tight loop holds one, the others keep serving.
+pub const JS_ENGINES: usize = 3;
 /// Lines gm keeps in a git workspace's .gitignore: secret values never get committed.
 pub const GITIGNORE_LINES: &[&str] = &[".gm/secrets.env"];
 
@@ -123,7 +125,7 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
             surface: opts.surface,
             run_id,
             scheduler: Scheduler::new(opts.max_inflight).start(),
-            js: JsEngine::spawn(),
+            js: JsEngines::spawn(JS_ENGINES),
             out: StdoutWriter::default().start(),
             max_line_bytes: opts.max_line_bytes,
             page_size: opts.page_size.max(1),

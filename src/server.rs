@@ -13,7 +13,7 @@ use actix::prelude::*;
 use futures::future::{join_all, LocalBoxFuture};
 use futures::FutureExt;
 use gm_actors::jobs::KillForeground;
-use gm_actors::js_engine::{CancelToken, JsEngine};
+use gm_actors::js_engine::{CancelToken, JsEngines};
 use gm_actors::log_writer::{Event, Flush};
 use gm_actors::scheduler::{Admit, Scheduler};
 use gm_actors::transport::{Incoming, Send as SendLine, StdoutWriter};
@@ -22,7 +22,7 @@ use serde_json::{json, Map, Value};
 use crate::js::millis;
 use crate::protocol::jsonrpc::{self, Message, RpcError};
 use crate::protocol::mcp;
-use crate::run::{self, RunState};
+use crate::run::{self, RunState, ToolOutput};
 use crate::skills;
 use crate::surface::{self, Surface};
 use crate::verbs::{self, Ctx, Effect, VerbError};
@@ -40,7 +40,7 @@ pub struct App {
     pub surface: Surface,
     pub run_id: String,
     pub scheduler: Addr<Scheduler>,
-    pub js: Addr<JsEngine>,
+    pub js: JsEngines,
     pub out: Addr<StdoutWriter>,
     pub max_line_bytes: usize,
     pub page_size: usize,
@@ -410,9 +410,11 @@ async fn call_tool(
     }
     drop(permit);
     let was_cancelled = cancel.is_cancelled();
-    // Whatever the call started and left running (a shell inside a body that ran past its
-    // budget) ends with it.
-    cancel.cancel();
+    // What the call started and left running ends with it, unless the call handed it to the
+    // background on purpose.
+    if !outcome.as_ref().is_ok_and(|o| o.detached) {
+        cancel.cancel();
+    }
     session.borrow_mut().running.remove(&key);
 
     let mut fields = json!({
@@ -446,7 +448,7 @@ async fn call_tool(
         return None;
     }
     let result = match outcome {
-        Ok((mut value, extra)) => {
+        Ok(ToolOutput { mut value, extra, .. }) => {
             secrets.redact_value(&mut value);
             let extra = extra.map(|t| secrets.redactor.redact(&t));
             mcp::tool_result(value, false, &app.run_id, extra)
@@ -466,7 +468,7 @@ async fn run_tool(
     args: Value,
     cancel: CancelToken,
     gate_open: bool,
-) -> Result<(Value, Option<String>), Value> {
+) -> Result<ToolOutput, Value> {
     match name {
         surface::NEXT_CONTEXT => {
             let parsed: run::NextContextArgs = verbs::parse_args(args).map_err(|e| e.to_json())?;
@@ -478,7 +480,7 @@ async fn run_tool(
                 }
                 s.run.clone()
             };
-            run::next_context(app, state).await.map(|v| (v, None)).map_err(|e| e.to_json())
+            run::next_context(app, state).await.map(ToolOutput::value).map_err(|e| e.to_json())
         }
         surface::FINISH => {
             let state = {
@@ -486,7 +488,7 @@ async fn run_tool(
                 s.run.finished = true;
                 s.run.clone()
             };
-            run::finish(app, args, state).await.map(|v| (v, None)).map_err(|e| e.to_json())
+            run::finish(app, args, state).await.map(ToolOutput::value).map_err(|e| e.to_json())
         }
         surface::RUN_CODE => {
             if !gate_open {
@@ -507,7 +509,7 @@ async fn run_tool(
         verb => {
             let mut ctx = app.ctx.clone();
             ctx.cancel = cancel;
-            verbs::call(ctx, verb, args).await.map(|v| (v, None)).map_err(|e| e.to_json())
+            verbs::call(ctx, verb, args).await.map(ToolOutput::value).map_err(|e| e.to_json())
         }
     }
 }

@@ -132,18 +132,89 @@ fn require_and_import_load_workspace_files() {
     assert!(err["message"].as_str().expect("message").contains("cannot find module"));
 }
 
+/// Polls job_status (with its wait) until the job is no longer running.
+fn settle(gm: &mut Gm, name: &str) -> serde_json::Value {
+    for _ in 0..40 {
+        let info = gm.js(&format!("return await gm.job_status({{ name: '{name}', wait: 2000 }})"));
+        if info["state"] != "running" {
+            return info;
+        }
+    }
+    panic!("{name} never ended");
+}
+
 #[test]
-fn a_body_past_its_budget_is_interrupted_with_a_clear_error() {
+fn a_body_past_its_budget_goes_on_in_the_background_and_reports_through_job_status() {
     let mut gm = Gm::start(&[]);
     gm.ready();
     let started = Instant::now();
-    let err = gm.call_err("run_code", json!({ "code": "while (true) {}", "timeoutMs": 300 }));
-    assert_eq!(err["code"], "budget_exceeded");
-    assert!(started.elapsed() < Duration::from_secs(10));
-    let err = gm.call_err("run_code", json!({ "code": "await new Promise(() => {})", "timeoutMs": 200 }));
-    assert_eq!(err["code"], "budget_exceeded");
-    // The server is still fine.
-    assert_eq!(gm.js("return 'alive'"), "alive");
+    let r = gm.call_ok(
+        "run_code",
+        json!({ "code": "await new Promise(r => setTimeout(r, 600)); console.log('late'); return { done: true }", "timeoutMs": 200 }),
+    );
+    assert!(started.elapsed() < Duration::from_millis(550), "the call returned at its budget");
+    assert_eq!(r["state"], "running");
+    let name = r["background"].as_str().expect("a job name").to_owned();
+    let info = settle(&mut gm, &name);
+    assert_eq!(info["state"], "exited", "{info}");
+    assert_eq!(info["kind"], "body");
+    assert_eq!(info["result"], json!({ "done": true }));
+    assert_eq!(info["tail"], "[log] late\n");
+
+    let r = gm.call_ok(
+        "run_code",
+        json!({ "code": "await new Promise(r => setTimeout(r, 300)); throw new Error('bg fail')", "timeoutMs": 100 }),
+    );
+    let info = settle(&mut gm, r["background"].as_str().expect("name"));
+    assert_eq!((info["exitCode"].as_i64(), info["error"]["message"].as_str()), (Some(1), Some("bg fail")));
+    let done: Vec<_> = gm.events_of("job").into_iter().filter(|e| e["what"] == "done").collect();
+    assert_eq!(done.len(), 2);
+}
+
+#[test]
+fn a_busy_background_body_leaves_the_server_serving_and_job_stop_ends_it() {
+    let mut gm = Gm::start(&[]);
+    gm.ready();
+    let r = gm.call_ok("run_code", json!({ "code": "while (true) {}", "timeoutMs": 200 }));
+    let name = r["background"].as_str().expect("name").to_owned();
+    let started = Instant::now();
+    assert_eq!(gm.js("return 2"), 2, "another engine serves while one loops");
+    assert!(started.elapsed() < Duration::from_secs(2));
+    let stopped = gm.js(&format!("return await gm.job_stop({{ name: '{name}' }})"));
+    assert_eq!(stopped["state"], "killed");
+    let info = settle(&mut gm, &name);
+    assert_eq!(info["state"], "killed");
+    assert_eq!(gm.js("return 3"), 3);
+}
+
+#[test]
+fn finish_with_stop_background_stops_bodies_still_running() {
+    let mut gm = Gm::start(&[]);
+    gm.ready();
+    let r = gm.call_ok("run_code", json!({ "code": "await new Promise(() => {})", "timeoutMs": 100 }));
+    let name = r["background"].as_str().expect("name").to_owned();
+    let f = gm.call_ok("finish", json!({ "stopBackground": true }));
+    assert_eq!(f["stoppedBackground"], json!([name.clone()]));
+    let info = settle(&mut gm, &name);
+    assert_eq!(info["state"], "killed");
+}
+
+#[test]
+fn a_background_body_is_stopped_by_a_restart_and_the_log_says_so() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut first = Gm::start_in(dir.path(), &[], &[]);
+    first.ready();
+    let r = first.call_ok("run_code", json!({ "code": "await new Promise(() => {})", "timeoutMs": 100 }));
+    let name = r["background"].as_str().expect("name").to_owned();
+    first.close_stdin();
+    first.wait_exit(Duration::from_secs(5)).expect("exit");
+    let mut second = Gm::start_in(dir.path(), &[], &[]);
+    second.ready();
+    let stopped = second.events_of("job").into_iter().find(|e| e["name"] == name.as_str()).expect("a job event");
+    assert_eq!(stopped["what"], "stopped");
+    let info = second.js(&format!("return await gm.job_status({{ name: '{name}' }})"));
+    assert_eq!(info["state"], "lost");
+    assert_eq!(info["error"]["code"], "stopped_by_restart");
 }
 
 #[test]

@@ -142,10 +142,21 @@ pub enum JobState {
     Lost,
 }
 
+/// What a job runs: a shell command, or a run_code body that ran past its budget and went on
+/// in the background.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum JobKind {
+    #[default]
+    Shell,
+    Body,
+}
+
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JobInfo {
     pub name: String,
+    pub kind: JobKind,
     pub state: JobState,
     pub command: String,
     pub pid: u32,
@@ -161,6 +172,12 @@ pub struct JobInfo {
     pub tail: String,
     /// Bytes of the log before `tail`.
     pub tail_cut: u64,
+    /// A background body's return value, once it has returned.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<serde_json::Value>,
+    /// A background body's error, once it has failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<serde_json::Value>,
 }
 
 /// What is kept on disk beside a job's log, so another gm can adopt it.
@@ -168,6 +185,8 @@ pub struct JobInfo {
 #[serde(rename_all = "camelCase")]
 struct JobMeta {
     name: String,
+    #[serde(default)]
+    kind: JobKind,
     command: String,
     cwd: PathBuf,
     pid: u32,
@@ -184,11 +203,17 @@ struct JobMeta {
     /// Whether a gm has logged how this job ended.
     #[serde(default)]
     end_reported: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    result: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    error: Option<serde_json::Value>,
 }
 
 pub struct Jobs {
     dir: PathBuf,
     foreground: HashSet<i32>,
+    /// Background bodies running in this process, and how to stop them.
+    bodies: HashMap<String, CancelToken>,
     jobs: HashMap<String, JobMeta>,
     next_name: u64,
     startup: Vec<JobEvent>,
@@ -197,7 +222,14 @@ pub struct Jobs {
 impl Jobs {
     /// `dir` holds the job files (`.gm/jobs`).
     pub fn new(dir: PathBuf) -> Self {
-        Self { dir, foreground: HashSet::new(), jobs: HashMap::new(), next_name: 1, startup: Vec::new() }
+        Self {
+            dir,
+            foreground: HashSet::new(),
+            bodies: HashMap::new(),
+            jobs: HashMap::new(),
+            next_name: 1,
+            startup: Vec::new(),
+        }
     }
 
     fn paths(&self, name: &str) -> (PathBuf, PathBuf, PathBuf) {
@@ -221,7 +253,11 @@ impl Jobs {
         let (log, exit, _) = self.paths(&meta.name);
         let exit_text = std::fs::read_to_string(&exit).ok();
         let exit_code = exit_text.as_deref().and_then(|t| t.trim().parse::<i32>().ok());
-        let alive = exit_text.is_none() && process_matches(meta.pid, meta.proc_start);
+        let alive = exit_text.is_none()
+            && match meta.kind {
+                JobKind::Shell => process_matches(meta.pid, meta.proc_start),
+                JobKind::Body => self.bodies.contains_key(&meta.name),
+            };
         let state = match (meta.ended_by, exit_text.is_some(), alive) {
             (Some(by), _, false) => by,
             (_, true, _) => JobState::Exited,
@@ -248,6 +284,19 @@ impl Jobs {
             log_bytes,
             tail_cut: log_bytes.saturating_sub(tail.len() as u64),
             tail,
+            kind: meta.kind,
+            result: meta.result.clone(),
+            error: meta.error.clone(),
+        }
+    }
+
+    fn fresh_name(&mut self, prefix: &str) -> String {
+        loop {
+            let candidate = format!("{prefix}-{}", self.next_name);
+            self.next_name += 1;
+            if !self.jobs.contains_key(&candidate) {
+                return candidate;
+            }
         }
     }
 
@@ -267,7 +316,19 @@ impl Jobs {
             };
             let mut meta = meta;
             let info = self.info(&meta, 2048);
-            if info.state == JobState::Running {
+            if meta.kind == JobKind::Body && meta.ended_by.is_none() && !self.paths(&meta.name).1.exists() {
+                // A background body lives in its gm's JS engine: it ended when that gm did.
+                meta.ended_by = Some(JobState::Lost);
+                meta.ended_ms = Some(now_ms());
+                meta.error = Some(serde_json::json!({
+                    "code": "stopped_by_restart",
+                    "message": "gm stopped while this background run was running; background runs do not survive a restart",
+                }));
+                meta.end_reported = true;
+                let _ = self.save(&meta);
+                let info = self.info(&meta, 2048);
+                self.startup.push(JobEvent { name: meta.name.clone(), what: "stopped", info });
+            } else if info.state == JobState::Running {
                 self.watch_deadline(&meta, ctx);
                 self.startup.push(JobEvent { name: meta.name.clone(), what: "adopted", info });
             } else if !meta.end_reported {
@@ -311,13 +372,7 @@ impl Jobs {
     fn start_job(&mut self, msg: StartJob, ctx: &mut Context<Self>) -> Result<JobInfo, JobError> {
         let name = match msg.name {
             Some(n) => n,
-            None => loop {
-                let candidate = format!("job-{}", self.next_name);
-                self.next_name += 1;
-                if !self.jobs.contains_key(&candidate) {
-                    break candidate;
-                }
-            },
+            None => self.fresh_name("job"),
         };
         if !valid_name(&name) {
             return Err(JobError::BadName(name));
@@ -372,6 +427,9 @@ impl Jobs {
             ended_by: None,
             ended_ms: None,
             end_reported: false,
+            kind: JobKind::Shell,
+            result: None,
+            error: None,
         };
         self.save(&meta)?;
         self.watch_deadline(&meta, ctx);
@@ -466,6 +524,14 @@ impl Handler<StopJob> for Jobs {
         if self.info(&meta, 0).state != JobState::Running {
             return Box::pin(fut::ready(Ok(self.info(&meta, 2048))));
         }
+        if meta.kind == JobKind::Body {
+            if let Some(token) = self.bodies.remove(&msg.name) {
+                token.cancel();
+            }
+            self.mark_ended(&msg.name, JobState::Killed);
+            let meta = self.jobs.get(&msg.name).cloned().unwrap_or(meta);
+            return Box::pin(fut::ready(Ok(self.info(&meta, 2048))));
+        }
         let pid = meta.pid;
         let proc_start = meta.proc_start;
         let work = async move {
@@ -476,6 +542,96 @@ impl Handler<StopJob> for Jobs {
             let meta = act.jobs.get(&msg.name).cloned().unwrap_or(meta);
             Ok(act.info(&meta, 2048))
         }))
+    }
+}
+
+/// Register a run_code body that ran past its budget and goes on in the background.
+#[derive(Message)]
+#[rtype(result = "Result<JobInfo, JobError>")]
+pub struct StartBody {
+    /// The body's source, shown as the job's command.
+    pub code: String,
+    /// Stops the body (its QuickJS interrupt handler and the shells it started watch it).
+    pub cancel: CancelToken,
+    pub started_ms: u64,
+}
+
+/// A background body ended: its value or its error, and what it printed.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct FinishBody {
+    pub name: String,
+    pub result: Result<serde_json::Value, serde_json::Value>,
+    pub console: String,
+}
+
+/// Stop every background body still running (finish with stopBackground).
+#[derive(Message)]
+#[rtype(result = "Vec<String>")]
+pub struct StopBodies;
+
+impl Handler<StartBody> for Jobs {
+    type Result = Result<JobInfo, JobError>;
+    fn handle(&mut self, msg: StartBody, _: &mut Context<Self>) -> Self::Result {
+        std::fs::create_dir_all(&self.dir).map_err(|source| JobError::Files { path: self.dir.clone(), source })?;
+        let name = self.fresh_name("body");
+        let meta = JobMeta {
+            name: name.clone(),
+            kind: JobKind::Body,
+            command: msg.code,
+            cwd: PathBuf::new(),
+            pid: std::process::id(),
+            proc_start: None,
+            started_ms: msg.started_ms,
+            timeout_ms: None,
+            ended_by: None,
+            ended_ms: None,
+            end_reported: false,
+            result: None,
+            error: None,
+        };
+        self.save(&meta)?;
+        self.bodies.insert(name.clone(), msg.cancel);
+        self.jobs.insert(name, meta.clone());
+        Ok(self.info(&meta, 0))
+    }
+}
+
+impl Handler<FinishBody> for Jobs {
+    type Result = ();
+    fn handle(&mut self, msg: FinishBody, _: &mut Context<Self>) {
+        self.bodies.remove(&msg.name);
+        let (log, exit, _) = self.paths(&msg.name);
+        let _ = std::fs::write(&log, &msg.console);
+        let Some(meta) = self.jobs.get_mut(&msg.name) else { return };
+        let code = if msg.result.is_ok() { 0 } else { 1 };
+        match msg.result {
+            Ok(v) => meta.result = Some(v),
+            Err(e) => meta.error = Some(e),
+        }
+        if meta.ended_by.is_none() {
+            meta.ended_by = Some(JobState::Exited);
+        }
+        meta.ended_ms = Some(now_ms());
+        meta.end_reported = true;
+        let meta = meta.clone();
+        let _ = self.save(&meta);
+        let _ = std::fs::write(&exit, format!("{code}\n"));
+    }
+}
+
+impl Handler<StopBodies> for Jobs {
+    type Result = Vec<String>;
+    fn handle(&mut self, _: StopBodies, _: &mut Context<Self>) -> Vec<String> {
+        let mut names: Vec<String> = self.bodies.keys().cloned().collect();
+        names.sort();
+        for name in &names {
+            if let Some(token) = self.bodies.remove(name) {
+                token.cancel();
+            }
+            self.mark_ended(name, JobState::Killed);
+        }
+        names
     }
 }
 

@@ -182,6 +182,43 @@ impl JsEngine {
     }
 }
 
+/// Several engines, each on a thread of its own: a body busy in a tight loop (in the
+/// background, say) holds one thread while the others keep serving.
+#[derive(Clone)]
+pub struct JsEngines {
+    engines: Arc<Vec<(Addr<JsEngine>, Arc<std::sync::atomic::AtomicUsize>)>>,
+}
+
+/// Counts a body against its engine until it ends, however its caller goes away.
+struct Busy(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl JsEngines {
+    pub fn spawn(n: usize) -> Self {
+        let engines = (0..n.max(1)).map(|_| (JsEngine::spawn(), Arc::default())).collect();
+        Self { engines: Arc::new(engines) }
+    }
+
+    /// Runs a body on the engine with the fewest bodies running.
+    pub async fn run(&self, run: Run) -> Result<Outcome, MailboxError> {
+        use std::sync::atomic::Ordering;
+        let (addr, busy) = self
+            .engines
+            .iter()
+            .min_by_key(|(_, busy)| busy.load(Ordering::SeqCst))
+            .map(|(a, b)| (a.clone(), b.clone()))
+            .ok_or(MailboxError::Closed)?;
+        busy.fetch_add(1, Ordering::SeqCst);
+        let _busy = Busy(busy);
+        addr.send(run).await
+    }
+}
+
 impl Actor for JsEngine {
     type Context = Context<Self>;
 

@@ -182,6 +182,9 @@ fn redact_info(ctx: &Ctx, mut info: JobInfo) -> JobInfo {
     if !secrets.redactor.is_empty() {
         info.tail = secrets.redactor.redact(&info.tail);
         info.command = secrets.redactor.redact(&info.command);
+        for v in [&mut info.result, &mut info.error].into_iter().flatten() {
+            secrets.redact_value(v);
+        }
     }
     info
 }
