@@ -120,12 +120,19 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
         if report.repaired_bytes > 0 {
             eprintln!("gm: cut a torn last line ({} bytes) from the run log", report.repaired_bytes);
         }
+        // The JS engines start just after gm answers its first requests, not before.
+        let js = JsEngines::new(JS_ENGINES);
+        let starting = js.clone();
+        actix::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            starting.start();
+        });
         let app = App {
             ctx,
             surface: opts.surface,
             run_id,
             scheduler: Scheduler::new(opts.max_inflight).start(),
-            js: JsEngines::spawn(JS_ENGINES),
+            js: js.clone(),
             out: StdoutWriter::default().start(),
             max_line_bytes: opts.max_line_bytes,
             page_size: opts.page_size.max(1),

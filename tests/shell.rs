@@ -208,6 +208,30 @@ fn a_restarted_gm_adopts_a_running_job_and_settles_one_that_ended() {
 }
 
 #[test]
+fn an_adopted_job_keeps_its_remaining_timeout() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut first = Gm::start_in(dir.path(), &["--surface", "tools"], &[]);
+    first.initialize("2025-11-25");
+    first.call_ok("job_start", json!({ "name": "bounded", "command": "sleep 1000", "timeoutMs": 1500 }));
+    // SAFETY: kill(2) on the child's pid.
+    unsafe { libc::kill(first.pid() as i32, libc::SIGKILL) };
+    first.wait_exit(Duration::from_secs(5)).expect("gm died");
+    let mut second = Gm::start_in(dir.path(), &["--surface", "tools"], &[]);
+    second.initialize("2025-11-25");
+    assert_eq!(second.call_ok("job_status", json!({ "name": "bounded" }))["state"], "running");
+    let started = Instant::now();
+    let mut info = Value::Null;
+    for _ in 0..20 {
+        info = second.call_ok("job_status", json!({ "name": "bounded", "wait": 1000 }));
+        if info["state"] != "running" {
+            break;
+        }
+    }
+    assert_eq!(info["state"], "timedOut", "{info}");
+    assert!(started.elapsed() < Duration::from_secs(4), "killed at the old deadline, not a new one");
+}
+
+#[test]
 fn a_shell_runs_alone() {
     let mut gm = tools();
     gm.send(&json!({ "jsonrpc": "2.0", "id": 10, "method": "tools/call",

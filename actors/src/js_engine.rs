@@ -79,9 +79,10 @@ pub enum JsError {
     Engine(String),
 }
 
-/// Warm contexts kept ready: creating a runtime, a context and the `gm` prelude costs
-/// ~0.4 ms, so it is done ahead of time, off the path of the next body.
-const POOL: usize = 2;
+/// Warm contexts kept ready per engine: creating a runtime, a context and the `gm` prelude
+/// costs ~0.25 ms, so it is done ahead of time, off the path of the next body. Bodies rotate
+/// over the engines, so each has time to warm its next context.
+const POOL: usize = 1;
 const WARM_UP_DELAY: Duration = Duration::from_millis(20);
 
 /// A runtime and context with the prelude evaluated, used by one body and then dropped, so
@@ -186,8 +187,14 @@ impl JsEngine {
 /// background, say) holds one thread while the others keep serving.
 #[derive(Clone)]
 pub struct JsEngines {
-    engines: Arc<Vec<(Addr<JsEngine>, Arc<std::sync::atomic::AtomicUsize>)>>,
+    /// Started on first use (or by [`JsEngines::start`]), so they cost nothing at gm's start.
+    engines: Arc<OnceLock<Vec<Engine>>>,
+    count: usize,
+    next: Arc<std::sync::atomic::AtomicUsize>,
 }
+
+/// An engine and the number of bodies running on it.
+type Engine = (Addr<JsEngine>, Arc<std::sync::atomic::AtomicUsize>);
 
 /// Counts a body against its engine until it ends, however its caller goes away.
 struct Busy(Arc<std::sync::atomic::AtomicUsize>);
@@ -199,17 +206,28 @@ impl Drop for Busy {
 }
 
 impl JsEngines {
-    pub fn spawn(n: usize) -> Self {
-        let engines = (0..n.max(1)).map(|_| (JsEngine::spawn(), Arc::default())).collect();
-        Self { engines: Arc::new(engines) }
+    pub fn new(n: usize) -> Self {
+        Self { engines: Arc::default(), count: n.max(1), next: Arc::default() }
     }
 
-    /// Runs a body on the engine with the fewest bodies running.
+    /// Starts the engine threads now rather than at the first body. Call it inside an actix
+    /// system.
+    pub fn start(&self) {
+        self.engines();
+    }
+
+    fn engines(&self) -> &[Engine] {
+        self.engines.get_or_init(|| (0..self.count).map(|_| (JsEngine::spawn(), Arc::default())).collect())
+    }
+
+    /// Runs a body on the engine with the fewest bodies running, taking turns among equals.
     pub async fn run(&self, run: Run) -> Result<Outcome, MailboxError> {
         use std::sync::atomic::Ordering;
-        let (addr, busy) = self
-            .engines
-            .iter()
+        let engines = self.engines();
+        let n = engines.len();
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        let (addr, busy) = (0..n)
+            .map(|i| &engines[(start + i) % n])
             .min_by_key(|(_, busy)| busy.load(Ordering::SeqCst))
             .map(|(a, b)| (a.clone(), b.clone()))
             .ok_or(MailboxError::Closed)?;

@@ -268,6 +268,21 @@ fn main() {
     record("node -e 0 p50 (µs)", format!("{node_e:.0}"), json!(node_e));
     record("node -e 0 / run_code p50", format!("{:.0}x", node_e / r.p50_us), json!(node_e / r.p50_us));
 
+    // (5) run_shell `true` against spawning `bash -c true` directly.
+    let mut s = Server::spawn(&gm_tools);
+    s.initialize();
+    let sh =
+        measure_calls(&mut s, "run_shell", &json!({ "command": "true" }), (seq / 10).max(50), (par / 20).max(50), 8);
+    drop(s);
+    let bash = measure_exec(&["bash", "-c", "true"], 50);
+    record(
+        "gm run_shell `true` p50 / p99 (µs)",
+        format!("{:.0} / {:.0}", sh.p50_us, sh.p99_us),
+        json!([sh.p50_us, sh.p99_us]),
+    );
+    record("bash -c true p50 (µs)", format!("{bash:.0}"), json!(bash));
+    record("run_shell overhead over bash -c (µs)", format!("{:.0}", sh.p50_us - bash), json!(sh.p50_us - bash));
+
     // (3) spawn to initialize reply, (4) idle RSS.
     let spawn = measure_spawn(&gm_code, 30);
     record("gm spawn to initialize reply p50 (µs)", format!("{spawn:.0}"), json!(spawn));
