@@ -8,6 +8,7 @@
 //!   `--surface tools`, both derived from the verb registry.
 //! - [`run`]: the run loop's tools: a step, a JS body, the end of a run.
 //! - [`verbs`]: the registry and the verbs themselves, as plain library code.
+//! - [`search`]: tracked files, grep, the BM25 line index and the wiki, as library code.
 //! - [`js`]: the bridge from run_code bodies to verbs (`gm.<verb>(args)`).
 //! - [`skills`]: the skill files served as resources, SEP-2640 skills and prompts.
 //! - [`secrets`]: `.gm/secrets.env`: values given to shells, replaced in everything returned.
@@ -21,6 +22,7 @@ pub mod gitignore;
 pub mod js;
 pub mod protocol;
 pub mod run;
+pub mod search;
 pub mod secrets;
 pub mod serve;
 pub mod server;

@@ -14,6 +14,7 @@ use gm_actors::transport::{spawn_stdin_reader, StdoutWriter};
 use serde_json::{json, Value};
 
 use crate::gitignore;
+use crate::search::index::SearchIndex;
 use crate::secrets::SecretsFile;
 use crate::server::{App, Server};
 use crate::skills::Skills;
@@ -60,6 +61,12 @@ pub fn workspace(path: &Path) -> Result<PathBuf, ServeError> {
     Ok(canonical)
 }
 
+/// The search index, on a thread of its own (indexing is blocking work).
+fn start_search(workspace: &Path, state_dir: &Path) -> Addr<SearchIndex> {
+    let (workspace, dir) = (workspace.to_owned(), state_dir.join("index"));
+    SyncArbiter::start(1, move || SearchIndex::new(workspace.clone(), dir.clone()))
+}
+
 /// A run id: UTC start time plus a random suffix, sortable and unique.
 pub fn new_run_id() -> String {
     let now = time::OffsetDateTime::now_utc();
@@ -81,6 +88,7 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
         let skills = Arc::new(Skills::locate());
         let jobs = Jobs::new(state_dir.join("jobs")).start();
         let ctx = Ctx {
+            search: start_search(&workspace, &state_dir),
             workspace: workspace.clone(),
             secrets: Arc::new(SecretsFile::new(state_dir.join("secrets.env"))),
             state_dir,
@@ -153,6 +161,7 @@ pub fn run_verb(workspace_dir: &Path, name: &str, args: Value) -> Result<Value, 
     system.block_on(async move {
         let state_dir = workspace.join(".gm");
         let ctx = Ctx {
+            search: start_search(&workspace, &state_dir),
             secrets: Arc::new(SecretsFile::new(state_dir.join("secrets.env"))),
             jobs: Jobs::new(state_dir.join("jobs")).start(),
             state_dir,

@@ -73,6 +73,13 @@ pub async fn read_file(ctx: Ctx, args: ReadFileArgs) -> Result<ReadFileReply, Ve
     Ok(page(path.to_string_lossy().into_owned(), &text, offset, limit))
 }
 
+/// Tells the search index a file inside the workspace changed, so the next search sees it.
+fn touched(ctx: &Ctx, path: &Path) {
+    if let Ok(rel) = path.strip_prefix(&ctx.workspace) {
+        ctx.search.do_send(crate::search::index::Touched(vec![rel.to_string_lossy().replace('\\', "/")]));
+    }
+}
+
 /// The secrets file holds values that never enter the context: its names are told, its
 /// values are not read or written through gm.
 fn refuse_secrets(ctx: &Ctx, path: &Path) -> Result<(), VerbError> {
@@ -131,6 +138,7 @@ pub async fn write_file(ctx: Ctx, args: WriteFileArgs) -> Result<WriteFileReply,
         }
     }
     write_atomic(&path, args.content.as_bytes())?;
+    touched(&ctx, &path);
     Ok(WriteFileReply { path: path.to_string_lossy().into_owned(), bytes: args.content.len(), created })
 }
 
@@ -221,6 +229,7 @@ pub async fn edit_file(ctx: Ctx, args: EditFileArgs) -> Result<EditFileReply, Ve
     }
     let after = before.replace(&args.old, &args.new);
     write_atomic(&path, after.as_bytes())?;
+    touched(&ctx, &path);
     let shown = path.to_string_lossy().into_owned();
     let diff = similar::TextDiff::from_lines(&before, &after)
         .unified_diff()

@@ -9,6 +9,7 @@ mod error;
 pub mod files;
 pub mod log;
 pub mod paths;
+pub mod search;
 pub mod shell;
 
 use std::path::PathBuf;
@@ -19,6 +20,8 @@ use futures::future::BoxFuture;
 use gm_actors::cancel::CancelToken;
 use gm_actors::file_locks::FileLocks;
 use gm_actors::jobs::Jobs;
+
+use crate::search::index::SearchIndex;
 use gm_actors::log_writer::LogWriter;
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
@@ -62,6 +65,7 @@ pub struct Ctx {
     pub log: Option<Addr<LogWriter>>,
     pub skills: Arc<Skills>,
     pub jobs: Addr<Jobs>,
+    pub search: Addr<SearchIndex>,
     pub secrets: Arc<SecretsFile>,
     /// Tripped when the call this verb serves is cancelled.
     pub cancel: CancelToken,
@@ -133,6 +137,14 @@ pub fn registry() -> &'static [Verb] {
                 "A job's state, exit code, duration and output tail; with wait (ms) it first waits for the job to end or print more."),
             verb!("job_stop", "jobs", Effect::Write, shell::JobStopArgs, shell::job_stop,
                 "Kill a job's whole process group."),
+            verb!("search", "search", Effect::Read, search::SearchArgs, search::search,
+                "BM25 search over the lines of the workspace's git-tracked text files; identifiers and paths match whole and by their parts."),
+            verb!("grep", "search", Effect::Read, search::GrepArgs, search::grep,
+                "Find a literal, regex or whole-word pattern in the workspace's git-tracked files; capped, saying how many matches were left out."),
+            verb!("wiki_write", "wiki", Effect::Write, search::WikiWriteArgs, search::wiki_write,
+                "Write a markdown page of the wiki (.gm/wiki/<page>.md), atomically."),
+            verb!("wiki_search", "wiki", Effect::Read, search::WikiSearchArgs, search::wiki_search,
+                "Rank the wiki's pages against a query by BM25, with each page's best-matching line."),
             verb!("query_log", "log", Effect::Read, log::QueryLogArgs, log::query_log,
                 "Read events of the run log (.gm/log.jsonl), filtered by kind and seq."),
         ]

@@ -1,0 +1,64 @@
+//! Which files search and grep cover: the workspace's git-tracked files (read from git's index,
+//! so untracked and ignored files are left out), or — outside a git repository — every file
+//! the `.gitignore` rules do not exclude. `.git/` and gm's own `.gm/` are never covered.
+
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum TrackedError {
+    #[error("cannot read the git index of {path}: {message}")]
+    Git { path: PathBuf, message: String },
+}
+
+/// A file to search: its path relative to the workspace (with `/`) and on disk.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Tracked {
+    pub rel: String,
+    pub path: PathBuf,
+}
+
+/// The files under `workspace`, sorted by relative path.
+pub fn tracked_files(workspace: &Path) -> Result<Vec<Tracked>, TrackedError> {
+    let mut files = match git2::Repository::discover(workspace) {
+        Ok(repo) => from_git(&repo, workspace)?,
+        Err(_) => from_walk(workspace),
+    };
+    files.retain(|f| !f.rel.starts_with(".gm/") && !f.rel.starts_with(".git/"));
+    files.sort();
+    Ok(files)
+}
+
+fn from_git(repo: &git2::Repository, workspace: &Path) -> Result<Vec<Tracked>, TrackedError> {
+    let err = |e: git2::Error| TrackedError::Git { path: workspace.to_owned(), message: e.message().to_owned() };
+    let root = repo.workdir().ok_or_else(|| err(git2::Error::from_str("a bare repository has no files")))?;
+    let root = root.canonicalize().unwrap_or_else(|_| root.to_owned());
+    let prefix = workspace.strip_prefix(&root).unwrap_or(Path::new("")).to_string_lossy().replace('\\', "/");
+    let prefix = if prefix.is_empty() { String::new() } else { format!("{prefix}/") };
+    let index = repo.index().map_err(err)?;
+    let mut out = Vec::with_capacity(index.len());
+    for entry in index.iter() {
+        let Ok(full) = std::str::from_utf8(&entry.path) else { continue };
+        // Gitlinks (submodules) have mode 0o160000: they are directories, not files.
+        if entry.mode & 0o170000 == 0o160000 {
+            continue;
+        }
+        let Some(rel) = full.strip_prefix(prefix.as_str()) else { continue };
+        out.push(Tracked { rel: rel.to_owned(), path: root.join(full) });
+    }
+    out.dedup_by(|a, b| a.rel == b.rel);
+    Ok(out)
+}
+
+fn from_walk(workspace: &Path) -> Vec<Tracked> {
+    ignore::WalkBuilder::new(workspace)
+        .hidden(false)
+        .require_git(false)
+        .build()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_some_and(|t| t.is_file()))
+        .filter_map(|e| {
+            let rel = e.path().strip_prefix(workspace).ok()?.to_string_lossy().replace('\\', "/");
+            Some(Tracked { rel, path: e.into_path() })
+        })
+        .collect()
+}

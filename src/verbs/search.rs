@@ -1,0 +1,186 @@
+//! Search verbs: grep and search over the workspace's tracked files, and the wiki.
+
+use std::path::{Component, Path};
+
+use gm_actors::log_writer::Event;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::files::write_atomic;
+use super::{Ctx, VerbError};
+use crate::search::grep::{self, GrepQuery, GrepResult, Mode};
+use crate::search::index::{Search, SearchReply};
+use crate::search::tracked::tracked_files;
+use crate::search::wiki::{self, WikiHit};
+
+const DEFAULT_GREP_LIMIT: usize = 200;
+const MAX_LIMIT: usize = 10_000;
+const MAX_CONTEXT: usize = 20;
+const DEFAULT_SEARCH_LIMIT: usize = 20;
+const MAX_SEARCH_LIMIT: usize = 500;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct GrepArgs {
+    /// What to look for.
+    pub pattern: String,
+    /// literal (default), regex (Rust regex syntax) or word (literal, whole words only).
+    pub mode: Option<Mode>,
+    /// Only files under this directory or with this path prefix (relative to the workspace).
+    pub path: Option<String>,
+    /// Only files whose relative path matches this glob, e.g. "**/*.rs".
+    pub glob: Option<String>,
+    /// Match without regard to case (default false).
+    pub ignore_case: Option<bool>,
+    /// Matching lines to return at most (default 200); `leftOut` says how many more there were.
+    pub limit: Option<usize>,
+    /// Lines of context before and after each match (default 0, at most 20).
+    pub context: Option<usize>,
+}
+
+/// A search path: relative, inside the workspace (search covers the tracked files only).
+fn prefix(path: Option<&str>) -> Result<Option<String>, VerbError> {
+    let Some(p) = path.filter(|p| !p.is_empty() && *p != ".") else { return Ok(None) };
+    let ok = !Path::new(p).is_absolute()
+        && Path::new(p).components().all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
+    if !ok {
+        return Err(VerbError::InvalidArgs(format!(
+            "path '{p}' is outside the workspace; grep and search cover the workspace's tracked files, so give a relative path inside it"
+        )));
+    }
+    Ok(Some(p.trim_start_matches("./").to_owned()))
+}
+
+fn limit(value: Option<usize>, default: usize, max: usize) -> Result<usize, VerbError> {
+    let n = value.unwrap_or(default);
+    if n == 0 || n > max {
+        return Err(VerbError::InvalidArgs(format!("limit must be between 1 and {max}")));
+    }
+    Ok(n)
+}
+
+pub async fn grep(ctx: Ctx, args: GrepArgs) -> Result<GrepResult, VerbError> {
+    if args.pattern.is_empty() {
+        return Err(VerbError::InvalidArgs("pattern is empty".into()));
+    }
+    let context = args.context.unwrap_or(0);
+    if context > MAX_CONTEXT {
+        return Err(VerbError::InvalidArgs(format!("context must be at most {MAX_CONTEXT}")));
+    }
+    let glob = match &args.glob {
+        None => None,
+        Some(g) => Some(
+            globset::Glob::new(g).map_err(|e| VerbError::InvalidArgs(format!("invalid glob: {e}")))?.compile_matcher(),
+        ),
+    };
+    let query = GrepQuery {
+        pattern: args.pattern,
+        mode: args.mode.unwrap_or_default(),
+        ignore_case: args.ignore_case.unwrap_or(false),
+        limit: limit(args.limit, DEFAULT_GREP_LIMIT, MAX_LIMIT)?,
+        context,
+        path_prefix: prefix(args.path.as_deref())?,
+        glob,
+    };
+    let workspace = ctx.workspace.clone();
+    // Searching files is blocking work: keep it off the arbiter that serves the protocol.
+    tokio::task::spawn_blocking(move || {
+        let files = tracked_files(&workspace).map_err(|e| VerbError::Internal(e.to_string()))?;
+        grep::grep(&files, &query).map_err(|e| VerbError::InvalidArgs(e.to_string()))
+    })
+    .await
+    .map_err(|e| VerbError::Internal(format!("grep failed: {e}")))?
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SearchArgs {
+    /// Words to look for; ranked by BM25. Identifiers and paths match whole and by their parts.
+    pub query: String,
+    /// Results to return (default 20, at most 500).
+    pub limit: Option<usize>,
+    /// Only files under this directory or with this path prefix (relative to the workspace).
+    pub path: Option<String>,
+}
+
+pub async fn search(ctx: Ctx, args: SearchArgs) -> Result<SearchReply, VerbError> {
+    if args.query.trim().is_empty() {
+        return Err(VerbError::InvalidArgs("query is empty".into()));
+    }
+    let msg = Search {
+        query: args.query,
+        limit: limit(args.limit, DEFAULT_SEARCH_LIMIT, MAX_SEARCH_LIMIT)?,
+        path_prefix: prefix(args.path.as_deref())?,
+    };
+    ctx.search
+        .send(msg)
+        .await
+        .map_err(|e| VerbError::Internal(format!("the search index is unavailable: {e}")))?
+        .map_err(VerbError::Internal)
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WikiWriteArgs {
+    /// Page name, e.g. "design/cache" (stored as .gm/wiki/design/cache.md).
+    pub page: String,
+    /// The page's whole markdown text.
+    pub text: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct WikiWriteReply {
+    pub page: String,
+    pub path: String,
+    pub bytes: usize,
+    pub created: bool,
+}
+
+fn wiki_dir(ctx: &Ctx) -> std::path::PathBuf {
+    ctx.state_dir.join("wiki")
+}
+
+pub async fn wiki_write(ctx: Ctx, args: WikiWriteArgs) -> Result<WikiWriteReply, VerbError> {
+    let path = wiki::page_path(&wiki_dir(&ctx), &args.page).map_err(|e| VerbError::InvalidArgs(e.to_string()))?;
+    let _guard = super::paths::lock(&ctx, &[&path], gm_actors::file_locks::Mode::Write).await?;
+    let created = !path.exists();
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| VerbError::io("cannot create the wiki directory", dir, e))?;
+    }
+    write_atomic(&path, args.text.as_bytes())?;
+    let page = args.page.trim_end_matches(".md").to_owned();
+    if let Some(log) = &ctx.log {
+        log.do_send(Event::new("wiki", json!({ "page": page, "bytes": args.text.len(), "created": created })));
+    }
+    Ok(WikiWriteReply { page, path: path.to_string_lossy().into_owned(), bytes: args.text.len(), created })
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WikiSearchArgs {
+    /// Words to look for in the wiki's pages (and their names); ranked by BM25.
+    pub query: String,
+    /// Pages to return (default 10, at most 500).
+    pub limit: Option<usize>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct WikiSearchReply {
+    pub hits: Vec<WikiHit>,
+    /// Pages in the wiki.
+    pub pages: usize,
+}
+
+pub async fn wiki_search(ctx: Ctx, args: WikiSearchArgs) -> Result<WikiSearchReply, VerbError> {
+    if args.query.trim().is_empty() {
+        return Err(VerbError::InvalidArgs("query is empty".into()));
+    }
+    let limit = limit(args.limit, 10, MAX_SEARCH_LIMIT)?;
+    let dir = wiki_dir(&ctx);
+    let (hits, pages) = tokio::task::spawn_blocking(move || wiki::search(&dir, &args.query, limit))
+        .await
+        .map_err(|e| VerbError::Internal(format!("wiki search failed: {e}")))?
+        .map_err(|e| VerbError::Internal(e.to_string()))?;
+    Ok(WikiSearchReply { hits, pages })
+}

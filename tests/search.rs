@@ -1,0 +1,175 @@
+//! grep, search and the wiki on real git repositories made in the test.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::Gm;
+use serde_json::{json, Value};
+
+fn git(dir: &Path, args: &[&str]) {
+    let out = Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("git runs");
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+fn write(dir: &Path, rel: &str, text: &[u8]) {
+    let p = dir.join(rel);
+    std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+    std::fs::write(p, text).expect("write");
+}
+
+/// A repository with tracked, untracked, ignored and binary files.
+fn repo() -> (tempfile::TempDir, Gm) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    git(d, &["init", "-q"]);
+    write(d, ".gitignore", b"ignored.txt\n");
+    write(d, "src/user.ts", b"export function getUserName(id) {\n  return lookupUser(id).name;\n}\n");
+    write(d, "src/main.rs", b"fn main() {\n    let max_line_bytes = 3;\n    println!(\"needle\");\n}\n");
+    write(d, "docs/guide.md", b"# Guide\nThe needle is here.\nNEEDLE shouting.\nneedles plural.\n");
+    write(d, "data.bin", b"needle\0\x01\x02binary");
+    write(d, "untracked.txt", b"needle untracked\n");
+    write(d, "ignored.txt", b"needle ignored\n");
+    git(d, &["add", ".gitignore", "src", "docs", "data.bin"]);
+    git(d, &["commit", "-q", "-m", "init"]);
+    let mut gm = Gm::start_in(d, &["--surface", "tools"], &[]);
+    gm.initialize("2025-11-25");
+    (dir, gm)
+}
+
+fn paths(v: &Value, key: &str) -> Vec<String> {
+    v[key]
+        .as_array()
+        .expect("list")
+        .iter()
+        .map(|h| format!("{}:{}", h["path"].as_str().unwrap_or(""), h["line"]))
+        .collect()
+}
+
+#[test]
+fn grep_covers_tracked_text_files_only_and_counts_binary_skips() {
+    let (_dir, mut gm) = repo();
+    let r = gm.call_ok("grep", json!({ "pattern": "needle" }));
+    assert_eq!(paths(&r, "matches"), ["docs/guide.md:2", "docs/guide.md:4", "src/main.rs:3"]);
+    assert_eq!(r["binarySkipped"], 1);
+    assert_eq!(r["total"], 3);
+    assert_eq!(r["leftOut"], 0);
+    let r = gm.call_ok("grep", json!({ "pattern": "needle", "mode": "word", "ignoreCase": true }));
+    assert_eq!(paths(&r, "matches"), ["docs/guide.md:2", "docs/guide.md:3", "src/main.rs:3"]);
+    let r = gm.call_ok("grep", json!({ "pattern": "get\\w+Name", "mode": "regex", "context": 1 }));
+    assert_eq!(r["matches"][0]["path"], "src/user.ts");
+    assert_eq!(r["matches"][0]["after"], json!(["  return lookupUser(id).name;"]));
+    let r = gm.call_ok("grep", json!({ "pattern": "e", "limit": 2 }));
+    assert_eq!(r["matches"].as_array().expect("list").len(), 2);
+    assert_eq!(r["leftOut"].as_u64().expect("n") + 2, r["total"].as_u64().expect("n"));
+    let r = gm.call_ok("grep", json!({ "pattern": "needle", "glob": "**/*.rs" }));
+    assert_eq!(paths(&r, "matches"), ["src/main.rs:3"]);
+    let r = gm.call_ok("grep", json!({ "pattern": "needle", "path": "docs" }));
+    assert_eq!(r["filesSearched"], 1);
+}
+
+#[test]
+fn bad_grep_and_search_input_is_refused() {
+    let (_dir, mut gm) = repo();
+    let e = gm.call_err("grep", json!({ "pattern": "(", "mode": "regex" }));
+    assert_eq!(e["code"], "invalid_args");
+    assert!(e["message"].as_str().expect("message").contains("invalid pattern"));
+    assert_eq!(gm.call_err("grep", json!({ "pattern": "" }))["code"], "invalid_args");
+    assert_eq!(gm.call_err("grep", json!({ "pattern": "x", "path": "/etc" }))["code"], "invalid_args");
+    assert_eq!(gm.call_err("grep", json!({ "pattern": "x", "path": "../x" }))["code"], "invalid_args");
+    assert_eq!(gm.call_err("grep", json!({ "pattern": "x", "mode": "fuzzy" }))["code"], "invalid_args");
+    assert_eq!(gm.call_err("grep", json!({ "pattern": "x", "glob": "a{" }))["code"], "invalid_args");
+    assert_eq!(gm.call_err("search", json!({ "query": "  " }))["code"], "invalid_args");
+    assert_eq!(gm.call_err("search", json!({ "query": "x", "path": "/abs" }))["code"], "invalid_args");
+    assert_eq!(gm.call_err("search", json!({ "query": "x", "limit": 0 }))["code"], "invalid_args");
+}
+
+#[test]
+fn search_ranks_lines_and_splits_identifiers() {
+    let (_dir, mut gm) = repo();
+    let r = gm.call_ok("search", json!({ "query": "user name" }));
+    let mut top: Vec<String> = paths(&r, "hits").into_iter().take(2).collect();
+    top.sort();
+    assert_eq!(top, ["src/user.ts:1", "src/user.ts:2"], "getUserName and lookupUser(id).name both match by parts");
+    assert!(r["refreshed"]["indexed"].as_u64().expect("n") >= 3, "{r}");
+    let r = gm.call_ok("search", json!({ "query": "line bytes" }));
+    assert_eq!(paths(&r, "hits")[0], "src/main.rs:2");
+    assert_eq!(r["hits"][0]["before"], "fn main() {");
+    let r = gm.call_ok("search", json!({ "query": "needle" }));
+    let found = paths(&r, "hits");
+    assert!(
+        found.iter().all(|p| !p.starts_with("untracked") && !p.starts_with("ignored") && !p.starts_with("data.bin")),
+        "{found:?}"
+    );
+    let r = gm.call_ok("search", json!({ "query": "needle", "path": "src" }));
+    assert_eq!(paths(&r, "hits"), ["src/main.rs:3"]);
+}
+
+#[test]
+fn a_search_right_after_write_file_sees_the_new_text_and_a_rename_is_seen_after_a_rescan() {
+    let (dir, mut gm) = repo();
+    gm.call_ok("search", json!({ "query": "needle" }));
+    gm.call_ok("edit_file", json!({ "path": "src/main.rs", "old": "needle", "new": "haystackTerm" }));
+    let r = gm.call_ok("search", json!({ "query": "haystack term" }));
+    assert_eq!(paths(&r, "hits"), ["src/main.rs:3"]);
+    git(dir.path(), &["mv", "docs/guide.md", "docs/manual.md"]);
+    std::thread::sleep(Duration::from_millis(2100));
+    gm.call_ok("search", json!({ "query": "shouting" }));
+    let mut found = Vec::new();
+    for _ in 0..50 {
+        found = paths(&gm.call_ok("search", json!({ "query": "shouting" })), "hits");
+        if found == ["docs/manual.md:3"] {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(found, ["docs/manual.md:3"]);
+}
+
+#[test]
+fn search_works_outside_a_git_repository_by_the_gitignore_rules() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(dir.path(), ".gitignore", b"skip.txt\n");
+    write(dir.path(), "keep.txt", b"findable words\n");
+    write(dir.path(), "skip.txt", b"findable words\n");
+    let mut gm = Gm::start_in(dir.path(), &["--surface", "tools"], &[]);
+    gm.initialize("2025-11-25");
+    let r = gm.call_ok("grep", json!({ "pattern": "findable" }));
+    assert_eq!(paths(&r, "matches"), ["keep.txt:1"]);
+}
+
+#[test]
+fn wiki_pages_are_written_atomically_and_ranked() {
+    let (dir, mut gm) = repo();
+    let w = gm.call_ok(
+        "wiki_write",
+        json!({ "page": "design/cache", "text": "# Cache\nEntries are evicted least recently used first.\n" }),
+    );
+    assert_eq!(w["created"], true);
+    gm.call_ok("wiki_write", json!({ "page": "log", "text": "# Log\nAppend only. The cache is not here.\n" }));
+    assert!(dir.path().join(".gm/wiki/design/cache.md").is_file());
+    let r = gm.call_ok("wiki_search", json!({ "query": "evicted entries" }));
+    assert_eq!(r["pages"], 2);
+    assert_eq!(r["hits"][0]["page"], "design/cache");
+    assert_eq!(r["hits"][0]["line"], "Entries are evicted least recently used first.");
+    assert_eq!(gm.call_err("wiki_write", json!({ "page": "../escape", "text": "x" }))["code"], "invalid_args");
+    assert_eq!(gm.call_err("wiki_search", json!({ "query": "" }))["code"], "invalid_args");
+    assert_eq!(gm.events_of("wiki").len(), 2);
+}
+
+#[test]
+fn run_code_reaches_the_search_verbs() {
+    let (dir, tools) = repo();
+    drop(tools);
+    let mut gm = Gm::start_in(dir.path(), &[], &[]);
+    gm.ready();
+    let r = gm.js("const g = await gm.grep({ pattern: 'fn main' }); const s = await gm.search({ query: 'guide' }); return [g.total, s.hits[0].path];");
+    assert_eq!(r, json!([1, "docs/guide.md"]));
+}
