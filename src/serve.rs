@@ -14,6 +14,7 @@ use gm_actors::transport::{spawn_stdin_reader, StdoutWriter};
 use serde_json::{json, Value};
 
 use crate::gitignore;
+use crate::search::calls::CallIndex;
 use crate::search::index::SearchIndex;
 use crate::secrets::SecretsFile;
 use crate::server::{App, Server};
@@ -67,6 +68,12 @@ fn start_search(workspace: &Path, state_dir: &Path) -> Addr<SearchIndex> {
     SyncArbiter::start(1, move || SearchIndex::new(workspace.clone(), dir.clone()))
 }
 
+/// The call-site index, on a thread of its own (parsing is blocking work).
+fn start_calls(workspace: &Path) -> Addr<CallIndex> {
+    let workspace = workspace.to_owned();
+    SyncArbiter::start(1, move || CallIndex::new(workspace.clone()))
+}
+
 /// A run id: UTC start time plus a random suffix, sortable and unique.
 pub fn new_run_id() -> String {
     let now = time::OffsetDateTime::now_utc();
@@ -89,6 +96,7 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
         let jobs = Jobs::new(state_dir.join("jobs")).start();
         let ctx = Ctx {
             search: start_search(&workspace, &state_dir),
+            calls: start_calls(&workspace),
             workspace: workspace.clone(),
             secrets: Arc::new(SecretsFile::new(state_dir.join("secrets.env"))),
             state_dir,
@@ -162,6 +170,7 @@ pub fn run_verb(workspace_dir: &Path, name: &str, args: Value) -> Result<Value, 
         let state_dir = workspace.join(".gm");
         let ctx = Ctx {
             search: start_search(&workspace, &state_dir),
+            calls: start_calls(&workspace),
             secrets: Arc::new(SecretsFile::new(state_dir.join("secrets.env"))),
             jobs: Jobs::new(state_dir.join("jobs")).start(),
             state_dir,

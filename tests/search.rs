@@ -173,3 +173,103 @@ fn run_code_reaches_the_search_verbs() {
     let r = gm.js("const g = await gm.grep({ pattern: 'fn main' }); const s = await gm.search({ query: 'guide' }); return [g.total, s.hits[0].path];");
     assert_eq!(r, json!([1, "docs/guide.md"]));
 }
+
+/// A small TypeScript project with known call sites: a function, a method call, an arrow
+/// function, an import alias and a re-export.
+fn ts_project() -> (tempfile::TempDir, Gm) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    git(d, &["init", "-q"]);
+    write(
+        d,
+        "src/db.ts",
+        b"export function query(sql: string) {\n  return run(sql);\n}\nfunction run(s: string) { return s; }\n",
+    );
+    write(d, "src/index.ts", b"export { query as select } from './db';\n");
+    write(
+        d,
+        "src/users.ts",
+        b"import { select } from './index';\nimport { query } from './db';\n\nexport class Users {\n  find(id: number) {\n    return select(`id=${id}`);\n  }\n}\n\nexport const all = () => query('*');\n",
+    );
+    write(
+        d,
+        "src/app.tsx",
+        b"import { Users } from './users';\nconst users = new Users();\nexport function App() {\n  return <div>{users.find(1)}</div>;\n}\nfunction boot() { return App(); }\n",
+    );
+    write(d, "src/other.js", b"function query() {}\nquery();\n");
+    git(d, &["add", "."]);
+    let mut gm = Gm::start_in(d, &["--surface", "tools"], &[]);
+    gm.initialize("2025-11-25");
+    (dir, gm)
+}
+
+#[test]
+fn callers_finds_calls_through_aliases_and_says_a_name_is_ambiguous() {
+    let (_dir, mut gm) = ts_project();
+    let r = gm.call_ok("callers", json!({ "symbol": "query" }));
+    let sites: Vec<String> = r["callers"]
+        .as_array()
+        .expect("callers")
+        .iter()
+        .map(|c| {
+            format!(
+                "{}:{} {} in {}",
+                c["path"].as_str().unwrap_or(""),
+                c["line"],
+                c["callee"].as_str().unwrap_or(""),
+                c["enclosing"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    assert_eq!(
+        sites,
+        ["src/other.js:2 query in <top level>", "src/users.ts:6 select in find", "src/users.ts:10 query in all"]
+    );
+    assert_eq!(r["ambiguous"], true, "query is defined in db.ts and other.js");
+    assert_eq!(r["definitions"].as_array().expect("defs").len(), 2);
+    assert_eq!(r["aliases"], json!(["select"]));
+    let m = gm.call_ok("callers", json!({ "symbol": "Users.find" }));
+    assert_eq!(m["callers"][0]["kind"], "method");
+    assert_eq!(m["callers"][0]["path"], "src/app.tsx");
+    assert_eq!(m["callers"][0]["enclosing"], "App");
+    assert_eq!(gm.call_err("callers", json!({ "symbol": "a b" }))["code"], "invalid_args");
+}
+
+#[test]
+fn impact_walks_callers_transitively_as_a_graph() {
+    let (_dir, mut gm) = ts_project();
+    let r = gm.call_ok("impact", json!({ "symbol": "run" }));
+    let nodes: Vec<(String, u64)> = r["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .map(|n| (n["name"].as_str().unwrap_or("").to_owned(), n["level"].as_u64().unwrap_or(99)))
+        .collect();
+    assert_eq!(
+        nodes,
+        [
+            ("run".to_owned(), 0),
+            ("query".to_owned(), 1),
+            ("all".to_owned(), 2),
+            ("find".to_owned(), 2),
+            ("App".to_owned(), 3)
+        ]
+    );
+    assert!(r["files"].as_array().expect("files").contains(&json!("src/app.tsx")));
+    let shallow = gm.call_ok("impact", json!({ "symbol": "run", "depth": 1 }));
+    assert_eq!(shallow["nodes"].as_array().expect("nodes").len(), 2);
+    assert_eq!(gm.call_err("impact", json!({ "symbol": "run", "depth": 0 }))["code"], "invalid_args");
+}
+
+#[test]
+fn callers_sees_an_edit_made_through_gm() {
+    let (_dir, mut gm) = ts_project();
+    assert_eq!(gm.call_ok("callers", json!({ "symbol": "boot" }))["total"], 0);
+    gm.call_ok(
+        "edit_file",
+        json!({ "path": "src/app.tsx", "old": "function boot()", "new": "boot();\nfunction boot()" }),
+    );
+    let r = gm.call_ok("callers", json!({ "symbol": "boot" }));
+    assert_eq!(r["total"], 1);
+    assert_eq!(r["callers"][0]["line"], 6);
+}

@@ -1,6 +1,7 @@
 //! Search over the workspace: the files git tracks, grep over them, a BM25 index of their
 //! lines, and the wiki's pages. Library code: the verbs in `verbs/search.rs` are thin wrappers.
 
+pub mod calls;
 pub mod grep;
 pub mod index;
 pub mod tokenizer;

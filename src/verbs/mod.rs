@@ -21,6 +21,7 @@ use gm_actors::cancel::CancelToken;
 use gm_actors::file_locks::FileLocks;
 use gm_actors::jobs::Jobs;
 
+use crate::search::calls::CallIndex;
 use crate::search::index::SearchIndex;
 use gm_actors::log_writer::LogWriter;
 use schemars::JsonSchema;
@@ -66,6 +67,7 @@ pub struct Ctx {
     pub skills: Arc<Skills>,
     pub jobs: Addr<Jobs>,
     pub search: Addr<SearchIndex>,
+    pub calls: Addr<CallIndex>,
     pub secrets: Arc<SecretsFile>,
     /// Tripped when the call this verb serves is cancelled.
     pub cancel: CancelToken,
@@ -141,6 +143,10 @@ pub fn registry() -> &'static [Verb] {
                 "BM25 search over the lines of the workspace's git-tracked text files; identifiers and paths match whole and by their parts."),
             verb!("grep", "search", Effect::Read, search::GrepArgs, search::grep,
                 "Find a literal, regex or whole-word pattern in the workspace's git-tracked files; capped, saying how many matches were left out."),
+            verb!("callers", "code", Effect::Read, search::CallersArgs, search::callers,
+                "Call sites of a JavaScript/TypeScript function or method (tree-sitter): file, line, enclosing function; follows import/export aliases and says when a name is ambiguous."),
+            verb!("impact", "code", Effect::Read, search::ImpactArgs, search::impact,
+                "What a change to a function reaches: its callers, their callers, up to depth (default 3), as a graph of nodes and edges with the files."),
             verb!("wiki_write", "wiki", Effect::Write, search::WikiWriteArgs, search::wiki_write,
                 "Write a markdown page of the wiki (.gm/wiki/<page>.md), atomically."),
             verb!("wiki_search", "wiki", Effect::Read, search::WikiSearchArgs, search::wiki_search,

@@ -9,6 +9,7 @@ use serde_json::json;
 
 use super::files::write_atomic;
 use super::{Ctx, VerbError};
+use crate::search::calls::{Callers, CallersReply, Impact, ImpactReply};
 use crate::search::grep::{self, GrepQuery, GrepResult, Mode};
 use crate::search::index::{Search, SearchReply};
 use crate::search::tracked::tracked_files;
@@ -183,4 +184,58 @@ pub async fn wiki_search(ctx: Ctx, args: WikiSearchArgs) -> Result<WikiSearchRep
         .map_err(|e| VerbError::Internal(format!("wiki search failed: {e}")))?
         .map_err(|e| VerbError::Internal(e.to_string()))?;
     Ok(WikiSearchReply { hits, pages })
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CallersArgs {
+    /// A function or method name; `obj.name` looks for calls of `name`.
+    pub symbol: String,
+    /// Only call sites in files under this path (relative to the workspace).
+    pub path: Option<String>,
+    /// Call sites to return (default 200, at most 10000).
+    pub limit: Option<usize>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ImpactArgs {
+    /// The function or method whose change is being weighed.
+    pub symbol: String,
+    /// How many steps of callers to follow (default 3, at most 10).
+    pub depth: Option<usize>,
+}
+
+fn symbol(s: &str) -> Result<(), VerbError> {
+    let ok = !s.trim().is_empty()
+        && s.len() <= 200
+        && s.chars().all(|c| c.is_alphanumeric() || matches!(c, '_' | '$' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(VerbError::InvalidArgs(format!("'{s}' is not a function or method name")))
+    }
+}
+
+fn calls_unavailable(e: actix::MailboxError) -> VerbError {
+    VerbError::Internal(format!("the call-site index is unavailable: {e}"))
+}
+
+pub async fn callers(ctx: Ctx, args: CallersArgs) -> Result<CallersReply, VerbError> {
+    symbol(&args.symbol)?;
+    let msg = Callers {
+        symbol: args.symbol,
+        path: prefix(args.path.as_deref())?,
+        limit: limit(args.limit, DEFAULT_GREP_LIMIT, MAX_LIMIT)?,
+    };
+    ctx.calls.send(msg).await.map_err(calls_unavailable)?.map_err(VerbError::Internal)
+}
+
+pub async fn impact(ctx: Ctx, args: ImpactArgs) -> Result<ImpactReply, VerbError> {
+    symbol(&args.symbol)?;
+    let depth = args.depth.unwrap_or(3);
+    if depth == 0 || depth > 10 {
+        return Err(VerbError::InvalidArgs("depth must be between 1 and 10".into()));
+    }
+    ctx.calls.send(Impact { symbol: args.symbol, depth }).await.map_err(calls_unavailable)?.map_err(VerbError::Internal)
 }
