@@ -28,8 +28,10 @@ pub const DEFAULT_MAX_LINE_BYTES: usize = 64 << 20;
 pub const DEFAULT_PAGE_SIZE: usize = 100;
 /// JS engine threads: a body busy in a tight loop holds one, the others keep serving.
 pub const JS_ENGINES: usize = 3;
-/// Lines gm keeps in a git workspace's .gitignore: secret values never get committed.
-pub const GITIGNORE_LINES: &[&str] = &[".gm/secrets.env"];
+/// Lines gm keeps in a git workspace's .gitignore: gm's own state (the log, spilled output,
+/// the index, job files) is local, and secret values never get committed — even if a user
+/// un-ignores `.gm/` to commit the wiki, the secrets line stays.
+pub const GITIGNORE_LINES: &[&str] = &[".gm/", ".gm/secrets.env"];
 
 #[derive(Debug, Clone)]
 pub struct ServeOptions {

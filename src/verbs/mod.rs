@@ -7,6 +7,7 @@
 
 mod error;
 pub mod files;
+pub mod git;
 pub mod log;
 pub mod paths;
 pub mod search;
@@ -147,6 +148,32 @@ pub fn registry() -> &'static [Verb] {
                 "Call sites of a JavaScript/TypeScript function or method (tree-sitter): file, line, enclosing function; follows import/export aliases and says when a name is ambiguous."),
             verb!("impact", "code", Effect::Read, search::ImpactArgs, search::impact,
                 "What a change to a function reaches: its callers, their callers, up to depth (default 3), as a graph of nodes and edges with the files."),
+            verb!("git_status", "git", Effect::Read, git::NoArgs, git::git_status,
+                "Changed files of the workspace's repository, staged (index) and unstaged (worktree), like git status --porcelain."),
+            verb!("git_state", "git", Effect::Read, git::NoArgs, git::git_state,
+                "Branch, HEAD sha, upstream with ahead/behind, an operation in progress (merge, rebase...), dirty, conflicts."),
+            verb!("git_add", "git", Effect::Write, git::AddArgs, git::git_add,
+                "Stage paths (deletions too), like git add."),
+            verb!("git_rm", "git", Effect::Write, git::RmArgs, git::git_rm,
+                "Stop tracking paths and delete them (cached: true keeps the files)."),
+            verb!("git_commit", "git", Effect::Write, git::CommitArgs, git::git_commit,
+                "Commit the index with the configured author; refuses an empty commit unless allowEmpty."),
+            verb!("git_push", "git", Effect::Write, git::PushArgs, git::git_push,
+                "Push a branch or refspec to a remote (default origin); a non-fast-forward rejection is a clear error."),
+            verb!("git_log", "git", Effect::Read, git::LogArgs, git::git_log,
+                "Commits of a revision or range, optionally only those touching a path."),
+            verb!("git_diff", "git", Effect::Read, git::DiffArgs, git::git_diff,
+                "Unified diff with per-file stats: worktree vs index, staged (index vs HEAD), or between revisions."),
+            verb!("git_show", "git", Effect::Read, git::ShowArgs, git::git_show,
+                "A commit's metadata, message and diff against its first parent."),
+            verb!("git_fetch", "git", Effect::Write, git::FetchArgs, git::git_fetch,
+                "Fetch a remote's branches (default origin)."),
+            verb!("git_pull", "git", Effect::Write, git::PullArgs, git::git_pull,
+                "Fetch and fast-forward (ffOnly: false allows a merge commit); a conflict is an error that changes nothing."),
+            verb!("git_checkout", "git", Effect::Write, git::CheckoutArgs, git::git_checkout,
+                "Switch to a branch (create: true makes it first) or detach at a revision; refuses to overwrite local changes."),
+            verb!("git_branch", "git", Effect::Write, git::BranchArgs, git::git_branch,
+                "List, create or delete local branches."),
             verb!("wiki_write", "wiki", Effect::Write, search::WikiWriteArgs, search::wiki_write,
                 "Write a markdown page of the wiki (.gm/wiki/<page>.md), atomically."),
             verb!("wiki_search", "wiki", Effect::Read, search::WikiSearchArgs, search::wiki_search,
