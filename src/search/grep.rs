@@ -75,6 +75,9 @@ pub fn grep(files: &[Tracked], q: &GrepQuery) -> Result<GrepResult, GrepError> {
         .case_insensitive(q.ignore_case)
         .fixed_strings(q.mode != Mode::Regex)
         .word(q.mode == Mode::Word)
+        // Matches never span lines: this lets `\s` drop `\n` and the search stay line-oriented
+        // (ripgrep does the same), which is several times faster for such patterns.
+        .line_terminator(Some(b'\n'))
         .build(&q.pattern)
         .map_err(|e| GrepError::Pattern(e.to_string()))?;
     let selected: Vec<&Tracked> = files
