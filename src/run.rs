@@ -12,6 +12,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::server::App;
+use crate::verbs::rows::{load_all, Kind, State as RowState};
 use crate::verbs::{parse_args, VerbError};
 
 pub const DEFAULT_BUDGET_MS: u64 = 180_000;
@@ -64,6 +65,7 @@ pub async fn next_context(app: &App, state: RunState) -> Result<Value, VerbError
         Some(log) => log.send(Tail(RECENT_EVENTS)).await.unwrap_or_default(),
         None => Vec::new(),
     };
+    let rows: Vec<_> = load_all(&app.ctx.workspace).into_iter().filter(|r| r.state == RowState::Open).collect();
     let jobs = app.ctx.jobs.send(ListJobs).await.unwrap_or_default();
     let background: Vec<Value> = jobs
         .iter()
@@ -76,8 +78,8 @@ pub async fn next_context(app: &App, state: RunState) -> Result<Value, VerbError
         "task": state.task,
         "rules": rules,
         "rulesFrom": "skill://gm/SKILL.md",
-        "openRows": [],
-        "openUnknowns": [],
+        "openRows": rows.iter().filter(|r| r.kind == Kind::Prd).collect::<Vec<_>>(),
+        "openUnknowns": rows.iter().filter(|r| r.kind == Kind::Unknown).collect::<Vec<_>>(),
         "background": background,
         "recentEvents": recent,
         "finished": state.finished,

@@ -4,16 +4,9 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 
-use common::Gm;
+use common::{git, Gm};
 use serde_json::json;
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git").args(args).current_dir(dir).output().expect("git runs");
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
 
 fn configure(dir: &Path) {
     git(dir, &["config", "user.name", "Tester"]);

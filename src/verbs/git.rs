@@ -55,12 +55,12 @@ impl From<GitError> for VerbError {
     }
 }
 
-fn open(workspace: &Path) -> Result<Repository, GitError> {
+pub(super) fn open(workspace: &Path) -> Result<Repository, GitError> {
     Repository::discover(workspace).map_err(|_| GitError::NotARepository(workspace.to_owned()))
 }
 
 /// Runs `f` on the workspace's repository on a blocking thread.
-async fn with_repo<T: Send + 'static>(
+pub(super) async fn with_repo<T: Send + 'static>(
     ctx: &Ctx,
     f: impl FnOnce(&Repository, &Path) -> Result<T, GitError> + Send + 'static,
 ) -> Result<T, VerbError> {
@@ -181,7 +181,7 @@ pub async fn git_status(ctx: Ctx, _: NoArgs) -> Result<StatusReply, VerbError> {
     .await
 }
 
-fn branch_name(repo: &Repository) -> Option<String> {
+pub(super) fn branch_name(repo: &Repository) -> Option<String> {
     let head = repo.head().ok()?;
     head.is_branch().then(|| head.shorthand().map(str::to_owned)).flatten()
 }
@@ -322,7 +322,7 @@ pub struct CommitReply {
     pub parents: Vec<String>,
 }
 
-fn signature(repo: &Repository) -> Result<Signature<'static>, GitError> {
+pub(super) fn signature(repo: &Repository) -> Result<Signature<'static>, GitError> {
     repo.signature().map_err(|_| {
         GitError::Refused("no author: set user.name and user.email in git's config (git config user.name ...)".into())
     })
@@ -365,7 +365,7 @@ pub async fn git_commit(ctx: Ctx, args: CommitArgs) -> Result<CommitReply, VerbE
 }
 
 /// Callbacks that authenticate as git does: ssh agent, then credential helpers.
-fn callbacks<'a>(repo: &'a Repository, tried: &'a std::cell::Cell<u32>) -> RemoteCallbacks<'a> {
+pub(super) fn callbacks<'a>(repo: &'a Repository, tried: &'a std::cell::Cell<u32>) -> RemoteCallbacks<'a> {
     let mut cb = RemoteCallbacks::new();
     cb.credentials(move |url, user, allowed| {
         tried.set(tried.get() + 1);
@@ -450,7 +450,7 @@ pub async fn git_push(ctx: Ctx, args: PushArgs) -> Result<PushReply, VerbError> 
     .await
 }
 
-fn resolve(repo: &Repository, rev: &str) -> Result<Oid, GitError> {
+pub(super) fn resolve(repo: &Repository, rev: &str) -> Result<Oid, GitError> {
     let obj = repo.revparse_single(rev).map_err(|_| GitError::UnknownRev(rev.to_owned()))?;
     Ok(obj.peel_to_commit().map(|c| c.id()).unwrap_or_else(|_| obj.id()))
 }
@@ -469,7 +469,7 @@ pub struct FetchReply {
     pub refs: Vec<Value>,
 }
 
-fn do_fetch(repo: &Repository, remote_name: &str) -> Result<Vec<Value>, GitError> {
+pub(super) fn do_fetch(repo: &Repository, remote_name: &str) -> Result<Vec<Value>, GitError> {
     let mut remote =
         repo.find_remote(remote_name).map_err(|_| GitError::UnknownRev(format!("remote {remote_name}")))?;
     let tried = std::cell::Cell::new(0);

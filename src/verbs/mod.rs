@@ -10,6 +10,7 @@ pub mod files;
 pub mod git;
 pub mod log;
 pub mod paths;
+pub mod rows;
 pub mod search;
 pub mod shell;
 
@@ -174,6 +175,24 @@ pub fn registry() -> &'static [Verb] {
                 "Switch to a branch (create: true makes it first) or detach at a revision; refuses to overwrite local changes."),
             verb!("git_branch", "git", Effect::Write, git::BranchArgs, git::git_branch,
                 "List, create or delete local branches."),
+            verb!("prd_add", "rows", Effect::Write, rows::PrdAddArgs, rows::prd_add,
+                "Add a requirement row (work/rows/prd-NNNN.json), open."),
+            verb!("prd_list", "rows", Effect::Read, rows::ListArgs, rows::prd_list,
+                "Requirement rows, optionally only open, parked or resolved ones."),
+            verb!("prd_park", "rows", Effect::Write, rows::ParkArgs, rows::prd_park,
+                "Park an open requirement row, with a reason."),
+            verb!("prd_reopen", "rows", Effect::Write, rows::IdArgs, rows::prd_reopen,
+                "Move a parked row back to open (a resolved row is never reopened)."),
+            verb!("prd_delete", "rows", Effect::Write, rows::IdArgs, rows::prd_delete,
+                "Delete a requirement row's file."),
+            verb!("prd_resolve", "rows", Effect::Write, rows::ResolveArgs, rows::prd_resolve,
+                "Resolve a row in place with { event, commit } witnesses, or with { witness, push: true } commit work/closes/<id>.txt on top of origin/main and push it."),
+            verb!("unknown_add", "rows", Effect::Write, rows::UnknownAddArgs, rows::unknown_add,
+                "Record an open question (work/rows/unknown-NNNN.json)."),
+            verb!("unknown_list", "rows", Effect::Read, rows::ListArgs, rows::unknown_list,
+                "Open questions, optionally by state."),
+            verb!("unknown_resolve", "rows", Effect::Write, rows::UnknownResolveArgs, rows::unknown_resolve,
+                "Answer an open question."),
             verb!("wiki_write", "wiki", Effect::Write, search::WikiWriteArgs, search::wiki_write,
                 "Write a markdown page of the wiki (.gm/wiki/<page>.md), atomically."),
             verb!("wiki_search", "wiki", Effect::Read, search::WikiSearchArgs, search::wiki_search,

@@ -228,3 +228,10 @@ pub fn read_log(path: &Path) -> Vec<Value> {
 pub fn text_of(result: &Value) -> String {
     result["content"][0]["text"].as_str().unwrap_or_default().to_owned()
 }
+
+/// Runs the git CLI in `dir` (to set up and inspect repositories); fails the test on error.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git").args(args).current_dir(dir).output().expect("git runs");
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
