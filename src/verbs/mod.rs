@@ -5,6 +5,7 @@
 //! Verbs never see JSON-RPC or MCP: they take a [`Ctx`] and typed arguments and return a
 //! serializable value or a [`VerbError`].
 
+pub mod ci;
 mod error;
 pub mod files;
 pub mod git;
@@ -13,6 +14,7 @@ pub mod paths;
 pub mod rows;
 pub mod search;
 pub mod shell;
+pub mod web;
 
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
@@ -197,6 +199,10 @@ pub fn registry() -> &'static [Verb] {
                 "Write a markdown page of the wiki (.gm/wiki/<page>.md), atomically."),
             verb!("wiki_search", "wiki", Effect::Read, search::WikiSearchArgs, search::wiki_search,
                 "Rank the wiki's pages against a query by BM25, with each page's best-matching line."),
+            verb!("ci_status", "git", Effect::Read, ci::CiStatusArgs, ci::ci_status,
+                "CI runs of HEAD (or rev) through the GitHub CLI on origin's host, every page: state success, failure, pending or none, and each run."),
+            verb!("fetch", "web", Effect::Read, web::FetchArgs, web::fetch,
+                "One HTTP(S) request (GET by default): status, headers and body; follows up to 20 redirects; a large or binary body is saved under .gm/out/."),
             verb!("query_log", "log", Effect::Read, log::QueryLogArgs, log::query_log,
                 "Read events of the run log (.gm/log.jsonl), filtered by kind and seq."),
         ]

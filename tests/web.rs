@@ -1,0 +1,123 @@
+//! fetch against a small HTTP server on 127.0.0.1 started by the test.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+use common::Gm;
+use serde_json::json;
+
+/// Serves: /ok, /redirect/<n> (a chain of n hops to /ok), /loop (to itself via /loop2),
+/// /slow (answers after 3 s), /big (5 MB of text), /bin (binary). Returns the base URL.
+fn server() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+                let mut request = String::new();
+                if reader.read_line(&mut request).is_err() {
+                    return;
+                }
+                loop {
+                    let mut h = String::new();
+                    if reader.read_line(&mut h).map_or(true, |n| n == 0) || h == "\r\n" {
+                        break;
+                    }
+                }
+                let path = request.split_whitespace().nth(1).unwrap_or("/").to_owned();
+                let reply = |code: &str, headers: &str, body: &[u8]| -> Vec<u8> {
+                    let mut r = format!(
+                        "HTTP/1.1 {code}\r\nContent-Length: {}\r\nConnection: close\r\n{headers}\r\n",
+                        body.len()
+                    )
+                    .into_bytes();
+                    r.extend_from_slice(body);
+                    r
+                };
+                let out = if path == "/ok" {
+                    reply("200 OK", "Content-Type: text/plain\r\nX-Test: yes\r\n", b"hello from the test server\n")
+                } else if let Some(n) = path.strip_prefix("/redirect/") {
+                    let n: u32 = n.parse().unwrap_or(0);
+                    let next = if n <= 1 { "/ok".to_owned() } else { format!("/redirect/{}", n - 1) };
+                    reply("302 Found", &format!("Location: {next}\r\n"), b"")
+                } else if path == "/loop" {
+                    reply("302 Found", "Location: /loop2\r\n", b"")
+                } else if path == "/loop2" {
+                    reply("302 Found", "Location: /loop\r\n", b"")
+                } else if path == "/slow" {
+                    std::thread::sleep(Duration::from_secs(3));
+                    reply("200 OK", "", b"late")
+                } else if path == "/big" {
+                    let body: Vec<u8> = (0..5 * 1024 * 1024).map(|i| b'a' + (i % 26) as u8).collect();
+                    reply("200 OK", "Content-Type: text/plain\r\n", &body)
+                } else if path == "/bin" {
+                    reply("200 OK", "Content-Type: application/octet-stream\r\n", &[0, 1, 2, 255, 0, 7])
+                } else {
+                    reply("404 Not Found", "", b"no")
+                };
+                let _ = stream.write_all(&out);
+            });
+        }
+    });
+    base
+}
+
+fn tools() -> Gm {
+    let mut gm = Gm::start(&["--surface", "tools"]);
+    gm.initialize("2025-11-25");
+    gm
+}
+
+#[test]
+fn fetch_returns_status_headers_and_body_and_follows_redirects() {
+    let base = server();
+    let mut gm = tools();
+    let r = gm.call_ok("fetch", json!({ "url": format!("{base}/ok") }));
+    assert_eq!(r["status"], 200);
+    assert_eq!(r["body"], "hello from the test server\n");
+    assert_eq!(r["headers"]["x-test"], "yes");
+    let r = gm.call_ok("fetch", json!({ "url": format!("{base}/redirect/5") }));
+    assert_eq!((r["status"].as_u64(), r["redirects"].as_u64()), (Some(200), Some(5)));
+    assert!(r["url"].as_str().expect("url").ends_with("/ok"));
+    let r = gm.call_ok("fetch", json!({ "url": format!("{base}/missing") }));
+    assert_eq!(r["status"], 404, "an HTTP error status is an answer, not a failure");
+}
+
+#[test]
+fn loops_long_chains_and_timeouts_are_clear_errors() {
+    let base = server();
+    let mut gm = tools();
+    let e = gm.call_err("fetch", json!({ "url": format!("{base}/loop") }));
+    assert!(e["message"].as_str().expect("message").contains("redirect loop"), "{e}");
+    let e = gm.call_err("fetch", json!({ "url": format!("{base}/redirect/25") }));
+    assert!(e["message"].as_str().expect("message").contains("more than 20 redirects"), "{e}");
+    let started = Instant::now();
+    let e = gm.call_err("fetch", json!({ "url": format!("{base}/slow"), "timeoutMs": 300 }));
+    assert!(e["message"].as_str().expect("message").contains("timed out"), "{e}");
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert_eq!(gm.call_err("fetch", json!({ "url": "not a url" }))["code"], "invalid_args");
+    assert_eq!(gm.call_err("fetch", json!({ "url": "ftp://example.invalid/x" }))["code"], "invalid_args");
+    assert_eq!(gm.call_err("fetch", json!({ "url": format!("{base}/ok"), "method": "TRACE" }))["code"], "invalid_args");
+}
+
+#[test]
+fn large_and_binary_bodies_are_saved_whole() {
+    let base = server();
+    let mut gm = tools();
+    let r = gm.call_ok("fetch", json!({ "url": format!("{base}/big") }));
+    let total = 5 * 1024 * 1024;
+    assert_eq!(r["bodyBytes"], total);
+    assert_eq!(r["body"].as_str().expect("body").len(), 256 * 1024);
+    assert_eq!(r["bodyCut"], total - 256 * 1024);
+    let file = r["bodyFile"].as_str().expect("file");
+    assert_eq!(std::fs::metadata(file).expect("saved").len(), total as u64);
+    let r = gm.call_ok("fetch", json!({ "url": format!("{base}/bin") }));
+    assert_eq!(r["binary"], true);
+    assert_eq!(r["body"], "");
+    assert_eq!(std::fs::read(r["bodyFile"].as_str().expect("file")).expect("saved"), [0, 1, 2, 255, 0, 7]);
+}
