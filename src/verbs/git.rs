@@ -671,7 +671,7 @@ pub struct DiffReply {
     pub patch_file: Option<String>,
 }
 
-fn describe(diff: &Diff, out_dir: &Path) -> Result<DiffReply, GitError> {
+pub(super) fn describe(diff: &Diff, out_dir: &Path) -> Result<DiffReply, GitError> {
     let stats = diff.stats()?;
     let mut files = Vec::new();
     for (i, d) in diff.deltas().enumerate() {

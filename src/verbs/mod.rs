@@ -11,6 +11,7 @@ pub mod files;
 pub mod git;
 pub mod log;
 pub mod paths;
+pub mod review;
 pub mod rows;
 pub mod search;
 pub mod shell;
@@ -195,6 +196,12 @@ pub fn registry() -> &'static [Verb] {
                 "Open questions, optionally by state."),
             verb!("unknown_resolve", "rows", Effect::Write, rows::UnknownResolveArgs, rows::unknown_resolve,
                 "Answer an open question."),
+            verb!("review_packet", "review", Effect::Write, review::PacketArgs, review::review_packet,
+                "Assemble a review packet — the spec, the referenced files, a commit range's diff, the log events that witness the work — as the wiki page reviews/<id>."),
+            verb!("review_record", "review", Effect::Write, review::RecordArgs, review::review_record,
+                "Record one reviewer's verdict (pass or fail) and findings on a packet."),
+            verb!("review_join", "review", Effect::Write, review::JoinArgs, review::review_join,
+                "Join a packet's records: pass only when every recorded verdict passes (none recorded is a fail), with every finding listed."),
             verb!("wiki_write", "wiki", Effect::Write, search::WikiWriteArgs, search::wiki_write,
                 "Write a markdown page of the wiki (.gm/wiki/<page>.md), atomically."),
             verb!("wiki_search", "wiki", Effect::Read, search::WikiSearchArgs, search::wiki_search,
