@@ -13,11 +13,13 @@
 //! - [`skills`]: the skill files served as resources, SEP-2640 skills and prompts.
 //! - [`secrets`]: `.gm/secrets.env`: values given to shells, replaced in everything returned.
 //! - [`gitignore`]: adding lines to the workspace's .gitignore without disturbing it.
+//! - [`bench`]: `gm bench`, replaying a recorded log against a fresh server.
 //! - [`serve`]: wiring the actors (crate `gm-actors`) together for `gm serve` and the CLI.
 //!
 //! Invariants: protocol types live only in `protocol` and `server`; verbs never see
 //! JSON-RPC; actors never see verbs; the LogWriter actor is the only writer of the run log.
 
+pub mod bench;
 pub mod gitignore;
 pub mod js;
 pub mod protocol;

@@ -58,6 +58,18 @@ fn cli() -> Command {
                         .help(format!("Items per page of tools/list, resources/list and skills/list [default: {DEFAULT_PAGE_SIZE}]")),
                 ),
         );
+    cmd = cmd.subcommand(
+        Command::new("bench")
+            .about("Replay the tool calls of a recorded run log against a fresh gm serve in a scratch copy of the workspace")
+            .arg(Arg::new("log").value_name("LOG").required(true).value_parser(value_parser!(PathBuf)).help("A run log (.gm/log.jsonl)"))
+            .arg(workspace_arg().help("The workspace as it was when the recording started (default: the log's workspace)"))
+            .arg(Arg::new("surface").long("surface").help("code or tools (default: the surface the log was recorded on)"))
+            .arg(Arg::new("max-inflight").long("max-inflight").value_parser(value_parser!(usize)).help("The server's --max-inflight [default: 8]"))
+            .arg(Arg::new("concurrency").long("concurrency").value_parser(value_parser!(usize)).help("Independent calls sent at once [default: 1]"))
+            .arg(Arg::new("repeat").long("repeat").value_parser(value_parser!(usize)).help("Replay the whole log this many times [default: 1]"))
+            .arg(Arg::new("keep").long("keep").value_parser(value_parser!(PathBuf)).help("Replay into this new directory and keep it"))
+            .arg(Arg::new("json").long("json").action(ArgAction::SetTrue).help("Print the report as JSON")),
+    );
     for v in verbs::registry() {
         cmd = cmd.subcommand(
             Command::new(v.name)
@@ -103,6 +115,9 @@ fn main() -> ExitCode {
             }
         };
     }
+    if name == "bench" {
+        return bench(sub);
+    }
     let Some(verb) = verbs::find(name) else { return ExitCode::from(2) };
     if sub.get_flag("schema") {
         println!("{}", serde_json::to_string_pretty(&(verb.schema)()).unwrap_or_default());
@@ -124,6 +139,34 @@ fn main() -> ExitCode {
         }
         Err(e) => {
             println!("{}", serde_json::to_string_pretty(&json!({ "error": e })).unwrap_or_default());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn bench(m: &ArgMatches) -> ExitCode {
+    let json_out = m.get_flag("json");
+    let opts = gm::bench::BenchOptions {
+        log: m.get_one::<PathBuf>("log").cloned().unwrap_or_default(),
+        workspace: m.get_one::<PathBuf>("workspace").cloned(),
+        surface: m.get_one::<String>("surface").cloned(),
+        max_inflight: m.get_one::<usize>("max-inflight").copied().unwrap_or(DEFAULT_MAX_INFLIGHT),
+        concurrency: m.get_one::<usize>("concurrency").copied().unwrap_or(1),
+        repeat: m.get_one::<usize>("repeat").copied().unwrap_or(1),
+        keep: m.get_one::<PathBuf>("keep").cloned(),
+        progress: !json_out,
+    };
+    match gm::bench::run(&opts) {
+        Ok(report) => {
+            if json_out {
+                println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+            } else {
+                println!("{}", gm::bench::table(&report));
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("gm bench: {e}");
             ExitCode::FAILURE
         }
     }
