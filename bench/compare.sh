@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
-# Side-by-side benchmarks in one run: gm against the echo floor, the Node reference filesystem
-# MCP server, and `node -e`. Builds gm in release mode, installs the Node server from npm into a
-# scratch folder, runs the suite unpinned and pinned to one core (taskset -c 0).
+# Every side-by-side comparison, in one run: builds gm in release mode, installs the peers from
+# the package registries into a scratch folder, and prints each table with its ratios.
 #
-#   bench/compare.sh            # full run
-#   SEQ=500 PAR=1000 bench/compare.sh   # quicker
+#   1. tools/call (stat_file) vs the echo floor and the Node reference filesystem server;
+#      run_code vs `node -e`; run_shell vs `bash -c`; spawn time and idle RSS — unpinned and
+#      pinned to one core (taskset -c 0).
+#   2. grep vs ripgrep and git grep, search and callers/impact (bench/search.sh: the Linux
+#      kernel source and the typescript package; needs root for apt-get).
+#   3. git_status and git_log vs the git CLI (bench/git_bench.py).
+#
+#   bench/compare.sh                 # SCRATCH=dir reuses a scratch folder; SEQ/PAR size part 1
+#   ONLY=1 bench/compare.sh          # just part 1 (no kernel download)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scratch="${SCRATCH:-$(mktemp -d)}"
+export SCRATCH="$scratch"
 echo "scratch: $scratch" >&2
 
 cargo build --release -p gm -p gm-bench >&2
@@ -25,7 +32,14 @@ head -c 4096 /dev/urandom | base64 > "$ws/target.txt"
 args=(suite --gm "$PWD/target/release/gm" --echo "$PWD/target/release/echo-server" --node-fs "$node_fs"
       --file "$ws/target.txt" --seq "${SEQ:-2000}" --par "${PAR:-5000}")
 echo "machine: $(nproc) cores, $(uname -srm), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+echo "## 1. protocol, run_code, run_shell"
 ./target/release/mcp-bench "${args[@]}" --label unpinned
 if command -v taskset >/dev/null; then
   taskset -c 0 ./target/release/mcp-bench "${args[@]}" --label "taskset -c 0"
 fi
+[ -n "${ONLY:-}" ] && exit 0
+
+echo "## 2. grep, search, callers"
+bench/search.sh
+echo "## 3. git"
+python3 bench/git_bench.py --gm "$PWD/target/release/gm" --scratch "$scratch"
