@@ -31,3 +31,4 @@ pub mod server;
 pub mod skills;
 pub mod surface;
 pub mod verbs;
+pub mod walk;

@@ -164,18 +164,9 @@ fn walk(dir: &Path) -> Vec<(String, String)> {
             continue;
         }
         let name = skill.file_name().to_string_lossy().into_owned();
-        let mut stack = vec![root.clone()];
-        while let Some(d) = stack.pop() {
-            let Ok(entries) = std::fs::read_dir(&d) else { continue };
-            for e in entries.filter_map(Result::ok) {
-                let p = e.path();
-                if p.is_dir() {
-                    stack.push(p);
-                } else if p.is_file() {
-                    if let Ok(rel) = p.strip_prefix(&root) {
-                        out.push((name.clone(), rel.to_string_lossy().into_owned()));
-                    }
-                }
+        for p in crate::walk::files_under(&root) {
+            if let Ok(rel) = p.strip_prefix(&root) {
+                out.push((name.clone(), rel.to_string_lossy().into_owned()));
             }
         }
     }

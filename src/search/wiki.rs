@@ -48,24 +48,15 @@ pub struct WikiHit {
 
 /// Every page under `dir`: (name without `.md`, path).
 pub fn pages(dir: &Path) -> Vec<(String, PathBuf)> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else { continue };
-        for e in entries.filter_map(Result::ok) {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.extension().and_then(|x| x.to_str()) == Some("md") {
-                if let Ok(rel) = p.strip_prefix(dir) {
-                    let name = rel.to_string_lossy().trim_end_matches(".md").replace('\\', "/");
-                    out.push((name, p));
-                }
-            }
-        }
-    }
-    out.sort();
-    out
+    crate::walk::files_under(dir)
+        .into_iter()
+        .filter(|p| p.extension().and_then(|x| x.to_str()) == Some("md"))
+        .filter_map(|p| {
+            let rel = p.strip_prefix(dir).ok()?;
+            let name = rel.to_string_lossy().trim_end_matches(".md").replace('\\', "/");
+            Some((name, p))
+        })
+        .collect()
 }
 
 /// Ranks the pages by BM25 against `query` (page names count too).
