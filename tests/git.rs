@@ -213,3 +213,20 @@ fn staging_everything_leaves_gms_own_state_out() {
     let ignore = std::fs::read_to_string(dir.path().join("work/.gitignore")).expect(".gitignore");
     assert!(ignore.lines().any(|l| l == ".gm/") && ignore.lines().any(|l| l == ".gm/secrets.env"));
 }
+
+#[test]
+fn pull_refuses_a_dirty_tree_and_changes_nothing() {
+    let (dir, mut gm) = setup();
+    let other = dir.path().join("other");
+    std::fs::write(other.join("theirs.txt"), "t\n").expect("write");
+    git(&other, &["add", "."]);
+    git(&other, &["commit", "-q", "-m", "theirs"]);
+    git(&other, &["push", "-q", "origin", "main"]);
+    let before = git(&dir.path().join("work"), &["rev-parse", "HEAD"]);
+    gm.call_ok("edit_file", json!({ "path": "shared.txt", "old": "line two", "new": "local edit" }));
+    let e = gm.call_err("git_pull", json!({}));
+    assert_eq!(e["code"], "refused");
+    assert!(e["message"].as_str().expect("message").contains("uncommitted changes"), "{e}");
+    assert_eq!(git(&dir.path().join("work"), &["rev-parse", "HEAD"]), before);
+    assert!(!dir.path().join("work/theirs.txt").exists());
+}
