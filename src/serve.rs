@@ -138,19 +138,15 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
         if report.repaired_bytes > 0 {
             eprintln!("gm: cut a torn last line ({} bytes) from the run log", report.repaired_bytes);
         }
-        // The JS engines start just after gm answers its first requests, not before.
+        // The JS engines start when a connection opens the read gate (run_code is near), or
+        // at the first body: an idle server or the tools surface does not pay for them.
         let js = JsEngines::new(JS_ENGINES);
-        let starting = js.clone();
-        actix::spawn(async move {
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-            starting.start();
-        });
         let app = App {
             ctx,
             surface: opts.surface,
             run_id,
             scheduler: Scheduler::new(opts.max_inflight).start(),
-            js: js.clone(),
+            js,
             out: StdoutWriter::default().start(),
             max_line_bytes: opts.max_line_bytes,
             page_size: opts.page_size.max(1),

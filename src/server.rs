@@ -261,6 +261,8 @@ impl Server {
             })?;
         if uri == "skill://gm/SKILL.md" {
             self.session.borrow_mut().skill_read = true;
+            // run_code is open now: have its engines warm by the time it is called.
+            self.app.js.start();
         }
         self.log("skill-read", json!({ "uri": uri, "bytes": text.len() }));
         Ok(json!({ "contents": [{ "uri": uri, "mimeType": "text/markdown", "text": text }] }))
