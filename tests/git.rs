@@ -230,3 +230,23 @@ fn pull_refuses_a_dirty_tree_and_changes_nothing() {
     assert_eq!(git(&dir.path().join("work"), &["rev-parse", "HEAD"]), before);
     assert!(!dir.path().join("work/theirs.txt").exists());
 }
+
+#[test]
+fn fetch_updates_remote_tracking_refs_and_state_shows_behind() {
+    let (dir, mut gm) = setup();
+    let other = dir.path().join("other");
+    std::fs::write(other.join("t.txt"), "t\n").expect("write");
+    git(&other, &["add", "."]);
+    git(&other, &["commit", "-q", "-m", "theirs"]);
+    git(&other, &["push", "-q", "origin", "main"]);
+    let theirs = git(&other, &["rev-parse", "HEAD"]);
+    let f = gm.call_ok("git_fetch", json!({}));
+    assert!(
+        f["refs"].as_array().expect("refs").contains(&json!({ "ref": "refs/remotes/origin/main", "sha": theirs })),
+        "{f}"
+    );
+    let s = gm.call_ok("git_state", json!({}));
+    assert_eq!((s["ahead"].as_u64(), s["behind"].as_u64()), (Some(0), Some(1)));
+    assert!(!dir.path().join("work/t.txt").exists(), "fetch does not touch the working tree");
+    assert_eq!(gm.call_err("git_fetch", json!({ "remote": "nowhere" }))["code"], "invalid_args");
+}

@@ -110,3 +110,32 @@ fn push_close_commits_the_close_on_origin_main_by_full_sha() {
     // A new row does not reuse a closed id.
     assert_eq!(gm.call_ok("prd_add", json!({ "title": "next" }))["id"], "prd-0002");
 }
+
+#[test]
+fn a_push_close_whose_push_is_rejected_changes_nothing() {
+    let (dir, mut gm) = repo_with_origin();
+    let w = work(dir.path());
+    gm.call_ok("prd_add", json!({ "title": "x" }));
+    let head = git(&w, &["rev-parse", "HEAD"]);
+    // origin cannot update main: another writer holds its lock (a local remote runs no hooks).
+    std::fs::write(dir.path().join("origin.git/refs/heads/main.lock"), "").expect("lock");
+    let e = gm.call_err("prd_resolve", json!({ "id": "prd-0001", "witness": head, "push": true }));
+    assert!(e["message"].as_str().expect("message").contains("not pushed"), "{e}");
+    assert!(w.join("work/rows/prd-0001.json").is_file(), "the row is still there");
+    assert!(!w.join("work/closes/prd-0001.txt").exists());
+    assert_eq!(git(&dir.path().join("origin.git"), &["rev-parse", "main"]), head);
+    assert_eq!(git(&w, &["rev-parse", "HEAD"]), head);
+}
+
+#[test]
+fn a_row_never_pushed_can_still_be_closed_on_origin() {
+    let (dir, mut gm) = repo_with_origin();
+    let w = work(dir.path());
+    gm.call_ok("prd_add", json!({ "title": "local only" }));
+    let head = git(&w, &["rev-parse", "HEAD"]);
+    let r = gm.call_ok("prd_resolve", json!({ "id": "prd-0001", "witness": head, "push": true }));
+    let origin = dir.path().join("origin.git");
+    assert_eq!(git(&origin, &["rev-parse", "main"]), r["closeCommit"].as_str().expect("sha"));
+    assert_eq!(git(&origin, &["show", "--name-status", "--format=", "main"]), "A\twork/closes/prd-0001.txt");
+    assert!(!w.join("work/rows/prd-0001.json").exists());
+}

@@ -422,32 +422,41 @@ pub async fn git_push(ctx: Ctx, args: PushArgs) -> Result<PushReply, VerbError> 
         let (src, dst) = spec.split_once(':').unwrap_or((&spec, &spec));
         let src_oid = resolve(repo, src.trim_start_matches('+'))?;
         let spec = format!("{}{src_oid}:{dst}", if args.force.unwrap_or(false) { "+" } else { "" });
-        let tried = std::cell::Cell::new(0);
-        let rejected = std::cell::RefCell::new(None);
-        let mut cb = callbacks(repo, &tried);
-        cb.push_update_reference(|refname, status| {
-            if let Some(msg) = status {
-                *rejected.borrow_mut() = Some(format!("{refname}: {msg}"));
-            }
-            Ok(())
-        });
-        let mut opts = PushOptions::new();
-        opts.remote_callbacks(cb);
-        remote.push(&[spec.as_str()], Some(&mut opts)).map_err(|e| {
-            let m = e.message().to_owned();
-            if m.contains("fast-forward") || m.contains("non-fast") || m.contains("not present locally") {
-                GitError::Rejected(format!("{m}; the remote has commits this branch lacks: git_pull first"))
-            } else {
-                GitError::Git(m)
-            }
-        })?;
-        drop(opts);
-        if let Some(why) = rejected.into_inner() {
-            return Err(GitError::Rejected(format!("{why}; the remote has commits this branch lacks: git_pull first")));
-        }
+        push_spec(repo, &mut remote, &spec)?;
         Ok(PushReply { remote: remote_name, refspec: spec, pushed: src_oid.to_string() })
     })
     .await
+}
+
+/// Pushes one refspec. A rejection — an error from libgit2, or a ref the remote refused in its
+/// status report — is a [`GitError::Rejected`], so no caller mistakes it for success.
+pub(super) fn push_spec(repo: &Repository, remote: &mut git2::Remote, spec: &str) -> Result<(), GitError> {
+    let tried = std::cell::Cell::new(0);
+    let rejected = std::cell::RefCell::new(None);
+    let mut cb = callbacks(repo, &tried);
+    cb.push_update_reference(|refname, status| {
+        if let Some(msg) = status {
+            *rejected.borrow_mut() = Some(format!("{refname}: {msg}"));
+        }
+        Ok(())
+    });
+    let mut opts = PushOptions::new();
+    opts.remote_callbacks(cb);
+    remote.push(&[spec], Some(&mut opts)).map_err(|e| {
+        let m = e.message().to_owned();
+        if m.contains("fast-forward") || m.contains("non-fast") || m.contains("not present locally") {
+            GitError::Rejected(format!("{m}; the remote has commits this branch lacks: git_pull first"))
+        } else {
+            GitError::Git(m)
+        }
+    })?;
+    drop(opts);
+    match rejected.into_inner() {
+        Some(why) => {
+            Err(GitError::Rejected(format!("{why}; the remote has commits this branch lacks: git_pull first")))
+        }
+        None => Ok(()),
+    }
 }
 
 pub(super) fn resolve(repo: &Repository, rev: &str) -> Result<Oid, GitError> {

@@ -11,14 +11,14 @@
 
 use std::path::{Path, PathBuf};
 
-use git2::{Oid, PushOptions, Repository};
+use git2::{Oid, Repository};
 use gm_actors::file_locks::Mode;
 use gm_actors::log_writer::{query_file, Query};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::files::write_atomic;
-use super::git::{callbacks, do_fetch, open, resolve, signature, GitError};
+use super::git::{do_fetch, open, push_spec, resolve, signature, GitError};
 use super::paths::lock;
 use super::{Ctx, VerbError};
 
@@ -391,21 +391,22 @@ fn close_on_origin(workspace: &Path, id: &str, witness: &str) -> Result<Closed, 
     let text = format!("{id} closed\nwitness {witness}\nclosed {}\n", now());
     let blob = repo.blob(text.as_bytes()).map_err(GitError::from)?;
     builder.upsert(format!("{CLOSES}/{id}.txt"), blob, git2::FileMode::Blob);
-    builder.remove(format!("{ROWS}/{id}.json"));
-    let tree_id = builder.create_updated(&repo, &base.tree().map_err(GitError::from)?).map_err(GitError::from)?;
+    let base_tree = base.tree().map_err(GitError::from)?;
+    let row_in_tree = format!("{ROWS}/{id}.json");
+    // A row added but never pushed is not in origin's tree: then the close file alone records it.
+    if base_tree.get_path(Path::new(&row_in_tree)).is_ok() {
+        builder.remove(&row_in_tree);
+    }
+    let tree_id = builder.create_updated(&repo, &base_tree).map_err(GitError::from)?;
     let tree = repo.find_tree(tree_id).map_err(GitError::from)?;
     let sig = signature(&repo)?;
     let commit = repo
         .commit(None, &sig, &sig, &format!("close {id}\n\nwitness {witness}"), &tree, &[&base])
         .map_err(GitError::from)?;
     let mut remote = repo.find_remote("origin").map_err(GitError::from)?;
-    let tried = std::cell::Cell::new(0);
-    let mut opts = PushOptions::new();
-    opts.remote_callbacks(callbacks(&repo, &tried));
     let spec = format!("{commit}:refs/heads/main");
-    remote
-        .push(&[spec.as_str()], Some(&mut opts))
-        .map_err(|e| refused(format!("the close was not pushed ({}); nothing changed", e.message())))?;
+    push_spec(&repo, &mut remote, &spec)
+        .map_err(|e| refused(format!("the close was not pushed ({e}); nothing changed")))?;
     // Keep the remote-tracking ref and, when it was in step, the local main in step.
     let _ = repo.reference("refs/remotes/origin/main", commit, true, "gm: close pushed");
     if let Ok(head) = repo.head() {
