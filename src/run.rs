@@ -175,6 +175,11 @@ pub async fn run_code(
     let finished = name.clone();
     actix::spawn(async move {
         let outcome = pending.await;
+        if outcome.is_err() {
+            // The engine is gone: gm is stopping. The body did not finish; the next gm settles
+            // it as stopped by the restart.
+            return;
+        }
         let console = match &outcome {
             Ok(o) => o.console.iter().map(|l| format!("[{}] {}\n", l.level, l.text)).collect(),
             Err(_) => String::new(),
