@@ -113,6 +113,82 @@ fn search_ranks_lines_and_splits_identifiers() {
 }
 
 #[test]
+fn a_whole_identifier_pasted_as_the_query_finds_its_line_with_the_line_text() {
+    // Regression: a query word that splits into parts (getUserName, max_line_bytes) was parsed
+    // as a phrase the index cannot answer, and found nothing; and hits came with an empty text.
+    let (_dir, mut gm) = repo();
+    let r = gm.call_ok("search", json!({ "query": "getUserName" }));
+    assert_eq!(paths(&r, "hits")[0], "src/user.ts:1", "{r}");
+    assert_eq!(r["hits"][0]["text"], "export function getUserName(id) {");
+    assert_eq!(r["hits"][0]["after"], "  return lookupUser(id).name;");
+    let r = gm.call_ok("search", json!({ "query": "max_line_bytes" }));
+    assert_eq!(paths(&r, "hits")[0], "src/main.rs:2", "{r}");
+    assert_eq!(r["hits"][0]["text"], "    let max_line_bytes = 3;");
+    let r = gm.call_ok("search", json!({ "query": "println!(\"needle\");" }));
+    assert_eq!(paths(&r, "hits")[0], "src/main.rs:3", "query syntax is not interpreted: {r}");
+}
+
+#[test]
+fn a_query_without_a_searchable_word_is_refused_with_the_reason() {
+    let (_dir, mut gm) = repo();
+    for query in ["()", "x = 1;", "{ }"] {
+        let e = gm.call_err("search", json!({ "query": query }));
+        assert_eq!(e["code"], "invalid_args", "{query}: {e}");
+        assert!(e["message"].as_str().unwrap_or("").contains("grep"), "{e}");
+    }
+    assert_eq!(gm.call_err("wiki_search", json!({ "query": "--" }))["code"], "invalid_args");
+}
+
+#[test]
+fn a_path_filter_fills_the_page_however_many_better_lines_are_elsewhere() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    git(d, &["init", "-q"]);
+    // 60 files outside the prefix whose lines match better (the word twice, short lines) than
+    // the three lines under it.
+    for i in 0..60 {
+        write(d, &format!("other/f{i}.txt"), b"zebra zebra\n");
+    }
+    write(d, "inside/a.txt", b"one line with a zebra among many other words here\n");
+    write(d, "inside/b.txt", b"two\nanother zebra line with quite a few words in it\nthird zebra line, long as well\n");
+    git(d, &["add", "."]);
+    git(d, &["commit", "-q", "-m", "init"]);
+    let mut gm = Gm::start_in(d, &["--surface", "tools"], &[]);
+    gm.initialize("2025-11-25");
+    let r = gm.call_ok("search", json!({ "query": "zebra", "limit": 3 }));
+    assert!(paths(&r, "hits").iter().all(|p| p.starts_with("other/")), "{r}");
+    let r = gm.call_ok("search", json!({ "query": "zebra", "limit": 3, "path": "inside" }));
+    let mut found = paths(&r, "hits");
+    found.sort();
+    assert_eq!(found, ["inside/a.txt:1", "inside/b.txt:2", "inside/b.txt:3"]);
+    let r = gm.call_ok("search", json!({ "query": "zebra", "path": "nowhere" }));
+    assert_eq!(r["hits"], json!([]));
+}
+
+#[test]
+fn the_index_survives_a_restart_and_reindexes_only_what_changed_meanwhile() {
+    let (dir, mut gm) = repo();
+    gm.call_ok("search", json!({ "query": "needle" }));
+    // Reindexed through gm: the saved manifest lags the index until the next scan that finds
+    // a change, so the next start must reindex this file again rather than trust it.
+    gm.call_ok("edit_file", json!({ "path": "src/main.rs", "old": "needle", "new": "walrusWord" }));
+    assert_eq!(paths(&gm.call_ok("search", json!({ "query": "walrus" })), "hits"), ["src/main.rs:3"]);
+    gm.close_stdin();
+    gm.wait_exit(Duration::from_secs(5)).expect("gm exits");
+    // Changed while gm was not running.
+    write(dir.path(), "docs/guide.md", b"# Guide\nThe pelican is here.\n");
+    let mut gm = Gm::start_in(dir.path(), &["--surface", "tools"], &[]);
+    gm.initialize("2025-11-25");
+    let r = gm.call_ok("search", json!({ "query": "pelican" }));
+    assert_eq!(paths(&r, "hits"), ["docs/guide.md:2"], "{r}");
+    let indexed = r["refreshed"]["indexed"].as_u64().expect("indexed");
+    assert!((1..=2).contains(&indexed), "only the changed files are reindexed: {r}");
+    assert_eq!(paths(&gm.call_ok("search", json!({ "query": "walrus" })), "hits"), ["src/main.rs:3"]);
+    assert_eq!(gm.call_ok("search", json!({ "query": "shouting" }))["hits"], json!([]), "old text is gone");
+    assert_eq!(paths(&gm.call_ok("search", json!({ "query": "user name" })), "hits").len(), 2);
+}
+
+#[test]
 fn a_search_right_after_write_file_sees_the_new_text_and_a_rename_is_seen_after_a_rescan() {
     let (dir, mut gm) = repo();
     gm.call_ok("search", json!({ "query": "needle" }));

@@ -1,37 +1,52 @@
 //! The BM25 line index (tantivy): one document per line of each tracked text file, tokenized
 //! by [`CodeTokenizer`], kept in `.gm/index/`.
 //!
-//! Freshness: the first search builds the index; a search finding the last full scan older
-//! than [`RESCAN_AFTER`] answers from the index it has and then rescans (files whose size or
-//! mtime changed are reindexed, removed files dropped). Files written through gm's own verbs
-//! are reindexed before the next search, so a search right after write_file sees the new text.
+//! Freshness: the first search builds the index (scanning every tracked file's size and
+//! mtime); later searches answer from the index they have and, when the last scan is older
+//! than [`RESCAN_MIN`] (or thirty times the last scan's duration, on big trees), start a new
+//! scan on a thread of its own, at a low priority, so a search never waits for one. Files whose size or mtime changed
+//! are reindexed and removed files dropped. Files written through gm's own verbs are
+//! reindexed before the next search, so a search right after write_file sees the new text.
 //! The index lives in a [`SearchIndex`] actor on a thread of its own, so indexing never holds
 //! up the protocol.
+//!
+//! Only the file id and line number are kept per document (as fast fields); a hit's text is
+//! read from the file, which also shows the line as it is now.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use actix::prelude::*;
 use serde::{Deserialize, Serialize};
-use tantivy::collector::TopDocs;
-use tantivy::query::QueryParser;
-use tantivy::schema::{
-    Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, Value as _, FAST, INDEXED, STORED,
-};
-use tantivy::{doc, Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
+use tantivy::collector::{FilterCollector, TopDocs};
+use tantivy::columnar::Column;
+use tantivy::indexer::{LogMergePolicy, NoMergePolicy, UserOperation};
+use tantivy::schema::document::{Document, ReferenceValue, ReferenceValueLeaf, Value};
+use tantivy::schema::{Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, FAST, INDEXED};
+use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, Term};
 
-use super::tokenizer::CodeTokenizer;
-use super::tracked::{tracked_files, Tracked};
+use super::tokenizer::{has_words, terms_query, CodeTokenizer};
+use super::tracked::tracked_files;
 
-pub const RESCAN_AFTER: Duration = Duration::from_secs(2);
+/// A search finding the last scan older than this starts another (in the background).
+pub const RESCAN_MIN: Duration = Duration::from_secs(2);
 /// Files larger than this are not indexed (generated or data files); they are counted.
 const MAX_FILE_BYTES: u64 = 8 << 20;
 /// Bump when the schema or tokenizer changes: an older index is rebuilt.
-const FORMAT: u32 = 2;
-/// tantivy splits this between its indexing threads; a larger budget means fewer segments to
-/// merge later.
-const WRITER_HEAP: usize = 256 << 20;
+const FORMAT: u32 = 3;
+/// The heap of the writer that builds the index, split between tantivy's indexing threads.
+/// Larger heaps make fewer segments but build slower here (each thread's term hash table
+/// outgrows the caches): 128 MB built the kernel in 23 s, 256 MB in 25 s, 768 MB in 27 s.
+const BULK_HEAP: usize = 128 << 20;
+/// The heap of the writer for a few changed files. Every commit starts fresh segment writers
+/// whose hash tables scale with the heap, so a small one keeps an incremental commit cheap.
+const SMALL_HEAP: usize = 15_000_000;
+/// Lines handed to the index writer at a time.
+const BATCH: usize = 1024;
+/// A refresh reindexing more than this many bytes uses the bulk writer.
+const BULK_BYTES: u64 = 32 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum IndexError {
@@ -43,6 +58,9 @@ pub enum IndexError {
     Tracked(#[from] super::tracked::TrackedError),
 }
 
+/// What the index holds per file, saved in `manifest.json` after each scan. Between scans the
+/// saved manifest may lag the index (files reindexed after a gm write): the next start then
+/// finds those files changed and reindexes them again, which is correct, only slower.
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct Manifest {
     format: u32,
@@ -50,12 +68,19 @@ struct Manifest {
     files: HashMap<String, FileState>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
 struct FileState {
     id: u64,
     size: u64,
     mtime_ns: u128,
     lines: u64,
+}
+
+/// The commit payload: the next file id, saved with every commit so that ids are never reused
+/// even when the manifest lags (a reused id would give one file's lines another's path).
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Payload {
+    next_id: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -83,30 +108,126 @@ pub struct RefreshStats {
     pub ms: u64,
 }
 
-pub struct LineIndex {
-    workspace: PathBuf,
-    dir: PathBuf,
-    index: Index,
-    writer: IndexWriter,
-    reader: IndexReader,
+/// The tracked files as one scan saw them.
+pub struct Scan {
+    files: Vec<Seen>,
+    took: Duration,
+}
+
+struct Seen {
+    rel: String,
+    path: PathBuf,
+    size: u64,
+    mtime_ns: u128,
+}
+
+/// Stats every tracked file of `workspace` (files missing on disk are left out, so they count
+/// as removed). Runs on any thread.
+pub fn scan(workspace: &Path) -> Result<Scan, IndexError> {
+    let started = Instant::now();
+    let files = tracked_files(workspace)?
+        .into_iter()
+        .filter_map(|f| {
+            let meta = std::fs::metadata(&f.path).ok().filter(std::fs::Metadata::is_file)?;
+            Some(Seen { rel: f.rel, path: f.path, size: meta.len(), mtime_ns: mtime_ns(&meta) })
+        })
+        .collect();
+    Ok(Scan { files, took: started.elapsed() })
+}
+
+fn mtime_ns(meta: &std::fs::Metadata) -> u128 {
+    meta.modified().ok().and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map_or(0, |d| d.as_nanos())
+}
+
+#[derive(Clone, Copy)]
+struct Fields {
     file: Field,
     line: Field,
     text: Field,
-    manifest: Manifest,
-    last_scan: Option<Instant>,
 }
 
-fn schema() -> (Schema, Field, Field, Field) {
+/// One line as a tantivy document. The text stays in the file's contents, shared by all of
+/// its lines: no copy per line.
+struct LineDoc {
+    fields: Fields,
+    file: u64,
+    line: u64,
+    contents: Arc<String>,
+    start: usize,
+    end: usize,
+}
+
+#[derive(Debug, Clone)]
+enum LineValue<'a> {
+    U64(u64),
+    Str(&'a str),
+}
+
+impl<'a> Value<'a> for LineValue<'a> {
+    type ArrayIter = std::iter::Empty<Self>;
+    type ObjectIter = std::iter::Empty<(&'a str, Self)>;
+    fn as_value(&self) -> ReferenceValue<'a, Self> {
+        match self {
+            LineValue::U64(n) => ReferenceValue::Leaf(ReferenceValueLeaf::U64(*n)),
+            LineValue::Str(s) => ReferenceValue::Leaf(ReferenceValueLeaf::Str(s)),
+        }
+    }
+}
+
+impl Document for LineDoc {
+    type Value<'a> = LineValue<'a>;
+    type FieldsValuesIter<'a> = std::array::IntoIter<(Field, LineValue<'a>), 3>;
+    fn iter_fields_and_values(&self) -> Self::FieldsValuesIter<'_> {
+        [
+            (self.fields.file, LineValue::U64(self.file)),
+            (self.fields.line, LineValue::U64(self.line)),
+            (self.fields.text, LineValue::Str(&self.contents[self.start..self.end])),
+        ]
+        .into_iter()
+    }
+}
+
+/// Merges only the small segments that incremental updates leave. The build's segments (about
+/// a million lines each on a large tree) stay as they are: searching 30 of them costs no more
+/// than searching a few (3 ms on the kernel either way), and merging them would keep a core
+/// busy for tens of seconds.
+fn small_merges() -> LogMergePolicy {
+    let mut policy = LogMergePolicy::default();
+    policy.set_max_docs_before_merge(200_000);
+    policy
+}
+
+fn schema() -> (Schema, Fields) {
     let mut b = Schema::builder();
-    let file = b.add_u64_field("file", INDEXED | STORED | FAST);
-    let line = b.add_u64_field("line", STORED);
-    // The text is not stored: hits read their line (and its neighbours) from the file, which
-    // also shows the line as it is now. That halves the index and its build time.
+    let file = b.add_u64_field("file", INDEXED | FAST);
+    let line = b.add_u64_field("line", FAST);
     let text_options = TextOptions::default().set_indexing_options(
         TextFieldIndexing::default().set_tokenizer("code").set_index_option(IndexRecordOption::WithFreqs),
     );
     let text = b.add_text_field("text", text_options);
-    (b.build(), file, line, text)
+    (b.build(), Fields { file, line, text })
+}
+
+pub struct LineIndex {
+    workspace: PathBuf,
+    dir: PathBuf,
+    index: Index,
+    /// `None` only while one writer is swapped for the other (tantivy allows one at a time).
+    writer: Option<IndexWriter<LineDoc>>,
+    bulk: bool,
+    reader: IndexReader,
+    fields: Fields,
+    manifest: Manifest,
+    paths: HashMap<u64, String>,
+    last_scan: Option<(Instant, Duration)>,
+    meta_seen: Option<(std::time::SystemTime, u64)>,
+}
+
+/// When tantivy's `meta.json` was last written (and its size): it changes with every commit
+/// and every finished merge.
+fn meta_stamp(dir: &Path) -> Option<(std::time::SystemTime, u64)> {
+    let meta = std::fs::metadata(dir.join("meta.json")).ok()?;
+    Some((meta.modified().ok()?, meta.len()))
 }
 
 impl LineIndex {
@@ -114,14 +235,13 @@ impl LineIndex {
     /// older format or unreadable).
     pub fn open(workspace: &Path, dir: &Path) -> Result<Self, IndexError> {
         let io = |source| IndexError::Io { path: dir.to_owned(), source };
-        let manifest_path = dir.join("manifest.json");
-        let manifest: Option<Manifest> = std::fs::read(&manifest_path)
+        let manifest: Option<Manifest> = std::fs::read(dir.join("manifest.json"))
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok())
             .filter(|m: &Manifest| m.format == FORMAT);
-        let (schema, file, line, text) = schema();
+        let (schema, fields) = schema();
         let existing = manifest.as_ref().and_then(|_| Index::open_in_dir(dir).ok());
-        let (index, manifest) = match (existing, manifest) {
+        let (index, mut manifest) = match (existing, manifest) {
             (Some(index), Some(manifest)) => (index, manifest),
             _ => {
                 let _ = std::fs::remove_dir_all(dir);
@@ -130,54 +250,117 @@ impl LineIndex {
                 (index, Manifest { format: FORMAT, ..Default::default() })
             }
         };
-        index.tokenizers().register("code", CodeTokenizer);
-        let writer = index.writer(WRITER_HEAP)?;
+        let committed: Payload =
+            index.load_metas()?.payload.and_then(|p| serde_json::from_str(&p).ok()).unwrap_or_default();
+        manifest.next_id = manifest.next_id.max(committed.next_id);
+        index.tokenizers().register("code", CodeTokenizer::default());
+        let writer = index.writer_with_num_threads(1, SMALL_HEAP)?;
+        writer.set_merge_policy(Box::new(small_merges()));
         let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?;
+        let paths = manifest.files.iter().map(|(rel, s)| (s.id, rel.clone())).collect();
         Ok(Self {
             workspace: workspace.to_owned(),
             dir: dir.to_owned(),
             index,
-            writer,
+            writer: Some(writer),
+            bulk: false,
             reader,
-            file,
-            line,
-            text,
+            fields,
             manifest,
+            paths,
             last_scan: None,
+            meta_seen: meta_stamp(dir),
         })
     }
 
+    /// Whether a background scan is due: at least [`RESCAN_MIN`] and thirty times the last
+    /// scan's own duration since it ran, so a big tree's scan (0.3 s of stat calls for the
+    /// kernel's 78k files) takes at most a few percent of a core while searches go on.
     pub fn needs_scan(&self) -> bool {
-        self.last_scan.is_none_or(|t| t.elapsed() >= RESCAN_AFTER)
+        self.last_scan.is_none_or(|(at, took)| at.elapsed() >= RESCAN_MIN.max(took * 30))
     }
 
     pub fn is_scanned(&self) -> bool {
         self.last_scan.is_some()
     }
 
-    /// Brings the index up to date with the tracked files.
+    pub fn indexed_files(&self) -> u64 {
+        self.manifest.files.len() as u64
+    }
+
+    fn writer(&mut self) -> Result<&mut IndexWriter<LineDoc>, IndexError> {
+        self.writer.as_mut().ok_or_else(|| IndexError::Io {
+            path: self.dir.clone(),
+            source: std::io::Error::other("the index writer is gone"),
+        })
+    }
+
+    /// Swaps in the bulk or the small writer.
+    fn use_writer(&mut self, bulk: bool) -> Result<(), IndexError> {
+        if self.bulk == bulk && self.writer.is_some() {
+            return Ok(());
+        }
+        // Dropping the old writer releases tantivy's lock for the new one.
+        self.writer = None;
+        let writer = if bulk {
+            let writer = self.index.writer(BULK_HEAP)?;
+            // Merging while building would compete with the build for the cores.
+            writer.set_merge_policy(Box::new(NoMergePolicy));
+            writer
+        } else {
+            let writer = self.index.writer_with_num_threads(1, SMALL_HEAP)?;
+            writer.set_merge_policy(Box::new(small_merges()));
+            writer
+        };
+        self.writer = Some(writer);
+        self.bulk = bulk;
+        Ok(())
+    }
+
+    /// Brings the index up to date with the tracked files now.
     pub fn refresh(&mut self) -> Result<RefreshStats, IndexError> {
+        let scan = scan(&self.workspace)?;
+        self.apply(scan)
+    }
+
+    /// Reindexes what `scan` found changed and drops what it found gone.
+    pub fn apply(&mut self, scan: Scan) -> Result<RefreshStats, IndexError> {
         let started = Instant::now();
-        let files = tracked_files(&self.workspace)?;
-        let mut stats = RefreshStats { files: files.len() as u64, ..Default::default() };
-        let mut seen = std::collections::HashSet::with_capacity(files.len());
-        for f in &files {
-            seen.insert(f.rel.clone());
-            self.reindex(f, &mut stats)?;
+        let mut stats = RefreshStats { files: scan.files.len() as u64, ..Default::default() };
+        let changed: Vec<&Seen> = scan
+            .files
+            .iter()
+            .filter(|s| self.manifest.files.get(&s.rel).is_none_or(|k| k.size != s.size || k.mtime_ns != s.mtime_ns))
+            .collect();
+        let bytes: u64 = changed.iter().map(|s| s.size.min(MAX_FILE_BYTES)).sum();
+        if bytes > BULK_BYTES {
+            self.use_writer(true)?;
         }
-        let gone: Vec<String> = self.manifest.files.keys().filter(|k| !seen.contains(*k)).cloned().collect();
-        for rel in gone {
-            if let Some(state) = self.manifest.files.remove(&rel) {
-                self.writer.delete_term(Term::from_field_u64(self.file, state.id));
-                stats.removed += 1;
-            }
-        }
-        if stats.indexed > 0 || stats.removed > 0 {
-            self.commit()?;
-        }
-        self.last_scan = Some(Instant::now());
-        stats.ms = started.elapsed().as_millis() as u64;
+        let result = self.apply_changes(&scan, &changed, &mut stats);
+        let back = self.use_writer(false);
+        result?;
+        back?;
+        self.last_scan = Some((Instant::now(), scan.took));
+        stats.ms = (started.elapsed() + scan.took).as_millis() as u64;
         Ok(stats)
+    }
+
+    fn apply_changes(&mut self, scan: &Scan, changed: &[&Seen], stats: &mut RefreshStats) -> Result<(), IndexError> {
+        for seen in changed {
+            self.reindex(&seen.rel, &seen.path, stats)?;
+        }
+        let present: std::collections::HashSet<&str> = scan.files.iter().map(|s| s.rel.as_str()).collect();
+        let gone: Vec<String> =
+            self.manifest.files.keys().filter(|k: &&String| !present.contains(String::as_str(k))).cloned().collect();
+        for rel in gone {
+            self.forget(&rel)?;
+            stats.removed += 1;
+        }
+        if !changed.is_empty() || stats.removed > 0 {
+            self.commit()?;
+            self.save_manifest()?;
+        }
+        Ok(())
     }
 
     /// Reindexes the named files now (they were written through gm). Only files the index
@@ -194,73 +377,130 @@ impl LineIndex {
             }
             let path = self.workspace.join(rel);
             if path.is_file() {
-                self.reindex(&Tracked { rel: rel.clone(), path }, &mut stats)?;
-            } else if let Some(state) = self.manifest.files.remove(rel) {
-                self.writer.delete_term(Term::from_field_u64(self.file, state.id));
+                self.reindex(rel, &path, &mut stats)?;
+            } else {
+                self.forget(rel)?;
                 stats.removed += 1;
             }
         }
         if stats.indexed > 0 || stats.removed > 0 {
+            // The manifest is saved by the next scan (see [`Manifest`]): writing all of it
+            // for one file would cost more than the reindexing.
             self.commit()?;
         }
         Ok(())
     }
 
-    fn reindex(&mut self, f: &Tracked, stats: &mut RefreshStats) -> Result<(), IndexError> {
-        let Ok(meta) = std::fs::metadata(&f.path) else { return Ok(()) };
+    fn forget(&mut self, rel: &str) -> Result<(), IndexError> {
+        if let Some(state) = self.manifest.files.remove(rel) {
+            self.paths.remove(&state.id);
+            let term = Term::from_field_u64(self.fields.file, state.id);
+            self.writer()?.delete_term(term);
+        }
+        Ok(())
+    }
+
+    fn record(&mut self, rel: &str, state: FileState) {
+        self.paths.insert(state.id, rel.to_owned());
+        self.manifest.files.insert(rel.to_owned(), state);
+    }
+
+    fn reindex(&mut self, rel: &str, path: &Path, stats: &mut RefreshStats) -> Result<(), IndexError> {
+        let Ok(meta) = std::fs::metadata(path) else { return Ok(()) };
         if !meta.is_file() {
             return Ok(());
         }
-        let mtime_ns = meta.modified().ok().and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map_or(0, |d| d.as_nanos());
-        let size = meta.len();
-        let known = self.manifest.files.get(&f.rel).cloned();
-        if known.as_ref().is_some_and(|k| k.size == size && k.mtime_ns == mtime_ns) {
+        let (size, mtime_ns) = (meta.len(), mtime_ns(&meta));
+        let known = self.manifest.files.get(rel).copied();
+        if known.is_some_and(|k| k.size == size && k.mtime_ns == mtime_ns) {
             return Ok(());
         }
-        if let Some(k) = &known {
-            self.writer.delete_term(Term::from_field_u64(self.file, k.id));
+        let fields = self.fields;
+        if let Some(k) = known {
+            self.writer()?.delete_term(Term::from_field_u64(fields.file, k.id));
         }
-        let id = match &known {
+        let id = match known {
             Some(k) => k.id,
             None => {
                 self.manifest.next_id += 1;
                 self.manifest.next_id
             }
         };
+        let mut state = FileState { id, size, mtime_ns, lines: 0 };
         if size > MAX_FILE_BYTES {
             stats.skipped_large += 1;
-            self.manifest.files.insert(f.rel.clone(), FileState { id, size, mtime_ns, lines: 0 });
+            self.record(rel, state);
             return Ok(());
         }
-        let Ok(bytes) = std::fs::read(&f.path) else { return Ok(()) };
-        let Ok(text) = std::str::from_utf8(&bytes) else {
-            // Binary or not UTF-8: recorded (so it is not read again) but not indexed.
-            stats.skipped_binary += 1;
-            self.manifest.files.insert(f.rel.clone(), FileState { id, size, mtime_ns, lines: 0 });
-            return Ok(());
-        };
-        if text.contains('\0') {
-            stats.skipped_binary += 1;
-            self.manifest.files.insert(f.rel.clone(), FileState { id, size, mtime_ns, lines: 0 });
-            return Ok(());
-        }
-        let mut lines = 0;
-        for (n, line) in text.lines().enumerate() {
-            lines += 1;
-            if line.trim().is_empty() {
-                continue;
+        let Ok(bytes) = std::fs::read(path) else { return Ok(()) };
+        // Binary or not UTF-8: recorded (so it is not read again) but not indexed.
+        let contents = match String::from_utf8(bytes) {
+            Ok(text) if !text.contains('\0') => Arc::new(text),
+            _ => {
+                stats.skipped_binary += 1;
+                self.record(rel, state);
+                return Ok(());
             }
-            self.writer.add_document(doc!(self.file => id, self.line => (n + 1) as u64, self.text => line))?;
+        };
+        // Lines go to tantivy's indexing threads in batches: one channel send per batch, and a
+        // batch small enough to stay in the caches.
+        let mut docs = Vec::with_capacity(BATCH);
+        let mut start = 0;
+        for (n, line) in contents.split('\n').enumerate() {
+            let end = start + line.len();
+            if start < contents.len() {
+                state.lines += 1;
+            }
+            let line = line.strip_suffix('\r').unwrap_or(line);
+            if has_words(line) {
+                let doc = LineDoc {
+                    fields,
+                    file: id,
+                    line: n as u64 + 1,
+                    contents: contents.clone(),
+                    start,
+                    end: start + line.len(),
+                };
+                docs.push(UserOperation::Add(doc));
+                if docs.len() == BATCH {
+                    self.writer()?.run(std::mem::replace(&mut docs, Vec::with_capacity(BATCH)))?;
+                }
+            }
+            start = end + 1;
+        }
+        if !docs.is_empty() {
+            self.writer()?.run(docs)?;
         }
         stats.indexed += 1;
         stats.bytes_indexed += size;
-        self.manifest.files.insert(f.rel.clone(), FileState { id, size, mtime_ns, lines });
+        self.record(rel, state);
         Ok(())
     }
 
     fn commit(&mut self) -> Result<(), IndexError> {
-        self.writer.commit()?;
+        let payload = serde_json::to_string(&Payload { next_id: self.manifest.next_id }).unwrap_or_default();
+        let mut prepared = self.writer()?.prepare_commit()?;
+        prepared.set_payload(&payload);
+        prepared.commit()?;
+        self.reload()
+    }
+
+    fn reload(&mut self) -> Result<(), IndexError> {
+        self.meta_seen = meta_stamp(&self.dir);
         self.reader.reload()?;
+        Ok(())
+    }
+
+    /// Reloads the reader when `meta.json` changed since the last reload: a background merge
+    /// finished. One stat per search; reloading itself opens every segment, so only on change.
+    pub fn reload_if_changed(&mut self) -> Result<(), IndexError> {
+        if meta_stamp(&self.dir) != self.meta_seen {
+            self.reload()?;
+        }
+        Ok(())
+    }
+
+    fn save_manifest(&self) -> Result<(), IndexError> {
         let path = self.dir.join("manifest.json");
         let tmp = self.dir.join("manifest.json.tmp");
         let bytes = serde_json::to_vec(&self.manifest).unwrap_or_default();
@@ -269,45 +509,56 @@ impl LineIndex {
             .map_err(|source| IndexError::Io { path, source })
     }
 
+    /// The `limit` best lines for `query`, optionally only in files whose path starts with
+    /// `prefix`. A query without any word finds nothing.
     pub fn search(&self, query: &str, limit: usize, prefix: Option<&str>) -> Result<Vec<SearchHit>, IndexError> {
+        let Some(query) = terms_query(&[self.fields.text], query, IndexRecordOption::WithFreqs) else {
+            return Ok(Vec::new());
+        };
         let searcher = self.reader.searcher();
-        let parser = QueryParser::for_index(&self.index, vec![self.text]);
-        let (q, _errors) = parser.parse_query_lenient(query);
-        let by_id: HashMap<u64, &str> = self.manifest.files.iter().map(|(rel, s)| (s.id, rel.as_str())).collect();
-        // Fetch more than asked when filtering by path, so the filter still fills the page.
-        let fetch = if prefix.is_some() { limit * 20 } else { limit };
-        let top = searcher.search(&q, &TopDocs::with_limit(fetch.max(1)))?;
-        let mut hits = Vec::new();
-        let mut files: HashMap<String, Vec<String>> = HashMap::new();
+        let top = match prefix {
+            None => searcher.search(&*query, &TopDocs::with_limit(limit))?,
+            Some(prefix) => {
+                // Filtering by file id while collecting keeps the page full, however few of
+                // the best lines are under the prefix.
+                let mut allowed = vec![0u64; (self.manifest.next_id / 64 + 1) as usize];
+                for (_, state) in self.manifest.files.iter().filter(|(rel, _)| rel.starts_with(prefix)) {
+                    allowed[(state.id / 64) as usize] |= 1 << (state.id % 64);
+                }
+                let allowed = Arc::new(allowed);
+                let keep = move |id: u64| allowed.get((id / 64) as usize).is_some_and(|w| w & (1 << (id % 64)) != 0);
+                searcher.search(&*query, &FilterCollector::new("file".into(), keep, TopDocs::with_limit(limit)))?
+            }
+        };
+        let mut columns: HashMap<u32, (Column<u64>, Column<u64>)> = HashMap::new();
+        let mut texts: HashMap<&str, String> = HashMap::new();
+        let mut hits = Vec::with_capacity(top.len());
         for (score, addr) in top {
-            let doc: TantivyDocument = searcher.doc(addr)?;
-            let id = doc.get_first(self.file).and_then(|v| v.as_u64()).unwrap_or(0);
-            let Some(rel) = by_id.get(&id) else { continue };
-            if prefix.is_some_and(|p| !rel.starts_with(p)) {
-                continue;
-            }
-            let line = doc.get_first(self.line).and_then(|v| v.as_u64()).unwrap_or(0);
-            let text = doc.get_first(self.text).and_then(|v| v.as_str()).unwrap_or("").to_owned();
-            let lines = files.entry(rel.to_string()).or_insert_with(|| {
-                std::fs::read_to_string(self.workspace.join(rel))
-                    .map(|t| t.lines().map(str::to_owned).collect())
-                    .unwrap_or_default()
-            });
-            let at = |n: u64| n.checked_sub(1).and_then(|i| lines.get(i as usize)).cloned();
-            hits.push(SearchHit {
-                path: rel.to_string(),
-                line,
-                text,
-                score,
-                before: at(line.saturating_sub(1)),
-                after: at(line + 1),
-            });
-            if hits.len() == limit {
-                break;
-            }
+            let (files, lines) = match columns.entry(addr.segment_ord) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    let fast = searcher.segment_reader(addr.segment_ord).fast_fields();
+                    e.insert((fast.u64("file")?, fast.u64("line")?))
+                }
+            };
+            let (Some(id), Some(line)) = (files.first(addr.doc_id), lines.first(addr.doc_id)) else { continue };
+            let Some(rel) = self.paths.get(&id) else { continue };
+            let text = texts
+                .entry(rel.as_str())
+                .or_insert_with(|| std::fs::read_to_string(self.workspace.join(rel)).unwrap_or_default());
+            let [before, text, after] = lines_around(text, line);
+            hits.push(SearchHit { path: rel.clone(), line, text: text.unwrap_or_default(), score, before, after });
         }
         Ok(hits)
     }
+}
+
+/// Lines `n - 1`, `n` and `n + 1` of `text` (1-based), as they are now.
+fn lines_around(text: &str, n: u64) -> [Option<String>; 3] {
+    let first = n.saturating_sub(2) as usize;
+    let mut it = text.lines().skip(first).map(str::to_owned);
+    let before = if n >= 2 { it.next() } else { None };
+    [before, it.next(), it.next()]
 }
 
 /// The index as an actor on its own thread (start it with `SyncArbiter::start(1, ...)`).
@@ -315,11 +566,12 @@ pub struct SearchIndex {
     workspace: PathBuf,
     dir: PathBuf,
     index: Option<LineIndex>,
+    scanning: bool,
 }
 
 impl SearchIndex {
     pub fn new(workspace: PathBuf, dir: PathBuf) -> Self {
-        Self { workspace, dir, index: None }
+        Self { workspace, dir, index: None, scanning: false }
     }
 
     fn index(&mut self) -> Result<&mut LineIndex, IndexError> {
@@ -329,6 +581,25 @@ impl SearchIndex {
         self.index
             .as_mut()
             .ok_or_else(|| IndexError::Io { path: self.dir.clone(), source: std::io::Error::other("index not open") })
+    }
+
+    /// Starts a scan on a thread of its own; its result comes back as [`Scanned`].
+    fn scan_in_background(&mut self, ctx: &SyncContext<Self>) {
+        if self.scanning {
+            return;
+        }
+        self.scanning = true;
+        let addr = ctx.address();
+        let workspace = self.workspace.clone();
+        let spawned = std::thread::Builder::new().name("gm-index-scan".into()).spawn(move || {
+            // Lowered so that the scan gives way to the calls being served and to reindexing.
+            // SAFETY: setpriority on the calling thread (who = 0) has no memory effects.
+            unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 10) };
+            addr.do_send(Scanned(scan(&workspace).map_err(|e| e.to_string())));
+        });
+        if spawned.is_err() {
+            self.scanning = false;
+        }
     }
 }
 
@@ -362,7 +633,7 @@ pub struct Touched(pub Vec<String>);
 
 #[derive(Message)]
 #[rtype(result = "()")]
-struct Rescan;
+struct Scanned(Result<Scan, String>);
 
 impl Handler<Search> for SearchIndex {
     type Result = Result<SearchReply, String>;
@@ -371,24 +642,27 @@ impl Handler<Search> for SearchIndex {
         let mut refreshed = None;
         if !index.is_scanned() {
             refreshed = Some(index.refresh().map_err(|e| e.to_string())?);
-        } else if index.needs_scan() {
-            // Answer from the index as it is; the rescan runs right after this reply.
-            ctx.address().do_send(Rescan);
         }
+        index.reload_if_changed().map_err(|e| e.to_string())?;
         let hits = index.search(&msg.query, msg.limit, msg.path_prefix.as_deref()).map_err(|e| e.to_string())?;
-        Ok(SearchReply { hits, refreshed, indexed_files: index.manifest.files.len() as u64 })
+        let reply = SearchReply { hits, refreshed, indexed_files: index.indexed_files() };
+        if index.needs_scan() {
+            self.scan_in_background(ctx);
+        }
+        Ok(reply)
     }
 }
 
-impl Handler<Rescan> for SearchIndex {
+impl Handler<Scanned> for SearchIndex {
     type Result = ();
-    fn handle(&mut self, _: Rescan, _: &mut SyncContext<Self>) {
-        if let Ok(index) = self.index() {
-            if index.needs_scan() {
-                if let Err(e) = index.refresh() {
-                    eprintln!("gm: search index refresh failed: {e}");
-                }
-            }
+    fn handle(&mut self, msg: Scanned, _: &mut SyncContext<Self>) {
+        self.scanning = false;
+        let result = msg.0.map_err(|e| e.to_string()).and_then(|scan| {
+            let index = self.index().map_err(|e| e.to_string())?;
+            index.apply(scan).map_err(|e| e.to_string())
+        });
+        if let Err(e) = result {
+            eprintln!("gm: search index refresh failed: {e}");
         }
     }
 }

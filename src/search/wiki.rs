@@ -7,11 +7,10 @@ use std::path::{Component, Path, PathBuf};
 
 use serde::Serialize;
 use tantivy::collector::TopDocs;
-use tantivy::query::QueryParser;
 use tantivy::schema::{IndexRecordOption, Schema, TextFieldIndexing, TextOptions, Value as _, STORED, STRING};
 use tantivy::{doc, Index, TantivyDocument};
 
-use super::tokenizer::CodeTokenizer;
+use super::tokenizer::{terms_query, words, CodeTokenizer};
 
 #[derive(Debug, thiserror::Error)]
 pub enum WikiError {
@@ -62,13 +61,12 @@ pub fn pages(dir: &Path) -> Vec<(String, PathBuf)> {
 /// Ranks the pages by BM25 against `query` (page names count too).
 pub fn search(dir: &Path, query: &str, limit: usize) -> Result<(Vec<WikiHit>, usize), WikiError> {
     let mut b = Schema::builder();
-    let indexing =
-        TextFieldIndexing::default().set_tokenizer("code").set_index_option(IndexRecordOption::WithFreqsAndPositions);
+    let indexing = TextFieldIndexing::default().set_tokenizer("code").set_index_option(IndexRecordOption::WithFreqs);
     let name = b.add_text_field("name", STRING | STORED);
     let title = b.add_text_field("title", TextOptions::default().set_indexing_options(indexing.clone()));
     let body = b.add_text_field("body", TextOptions::default().set_indexing_options(indexing).set_stored());
     let index = Index::create_in_ram(b.build());
-    index.tokenizers().register("code", CodeTokenizer);
+    index.tokenizers().register("code", CodeTokenizer::default());
     let all = pages(dir);
     {
         let mut writer: tantivy::IndexWriter = index.writer(15_000_000)?;
@@ -81,10 +79,12 @@ pub fn search(dir: &Path, query: &str, limit: usize) -> Result<(Vec<WikiHit>, us
     }
     let reader = index.reader()?;
     let searcher = reader.searcher();
-    let (q, _) = QueryParser::for_index(&index, vec![title, body]).parse_query_lenient(query);
-    let words: Vec<String> = super::tokenizer::tokens(query).into_iter().map(|t| t.text).collect();
+    let Some(q) = terms_query(&[title, body], query, IndexRecordOption::WithFreqs) else {
+        return Ok((Vec::new(), all.len()));
+    };
+    let words = words(query);
     let mut hits = Vec::new();
-    for (score, addr) in searcher.search(&q, &TopDocs::with_limit(limit.max(1)))? {
+    for (score, addr) in searcher.search(&*q, &TopDocs::with_limit(limit.max(1)))? {
         let d: TantivyDocument = searcher.doc(addr)?;
         let page = d.get_first(name).and_then(|v| v.as_str()).unwrap_or("").to_owned();
         let text = d.get_first(body).and_then(|v| v.as_str()).unwrap_or("");

@@ -12,6 +12,7 @@ use super::{Ctx, VerbError};
 use crate::search::calls::{Callers, CallersReply, Impact, ImpactReply};
 use crate::search::grep::{self, GrepQuery, GrepResult, Mode};
 use crate::search::index::{Search, SearchReply};
+use crate::search::tokenizer::words;
 use crate::search::tracked::tracked_files;
 use crate::search::wiki::{self, WikiHit};
 
@@ -105,10 +106,21 @@ pub struct SearchArgs {
     pub path: Option<String>,
 }
 
-pub async fn search(ctx: Ctx, args: SearchArgs) -> Result<SearchReply, VerbError> {
-    if args.query.trim().is_empty() {
+/// Refuses a query that cannot match anything: empty, or without a word the index keeps.
+fn check_query(query: &str) -> Result<(), VerbError> {
+    if query.trim().is_empty() {
         return Err(VerbError::InvalidArgs("query is empty".into()));
     }
+    if words(query).is_empty() {
+        return Err(VerbError::InvalidArgs(format!(
+            "query '{query}' has no word to search for: punctuation and single letters or digits are not indexed; use grep for those"
+        )));
+    }
+    Ok(())
+}
+
+pub async fn search(ctx: Ctx, args: SearchArgs) -> Result<SearchReply, VerbError> {
+    check_query(&args.query)?;
     let msg = Search {
         query: args.query,
         limit: limit(args.limit, DEFAULT_SEARCH_LIMIT, MAX_SEARCH_LIMIT)?,
@@ -174,9 +186,7 @@ pub struct WikiSearchReply {
 }
 
 pub async fn wiki_search(ctx: Ctx, args: WikiSearchArgs) -> Result<WikiSearchReply, VerbError> {
-    if args.query.trim().is_empty() {
-        return Err(VerbError::InvalidArgs("query is empty".into()));
-    }
+    check_query(&args.query)?;
     let limit = limit(args.limit, 10, MAX_SEARCH_LIMIT)?;
     let dir = wiki_dir(&ctx);
     let (hits, pages) = tokio::task::spawn_blocking(move || wiki::search(&dir, &args.query, limit))
