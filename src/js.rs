@@ -72,7 +72,7 @@ impl JsHost for Host {
     }
 
     fn base_dir(&self) -> PathBuf {
-        self.ctx.workspace.clone()
+        self.ctx.workspace.to_path_buf()
     }
 }
 

@@ -103,9 +103,9 @@ impl Server {
             let replies: Vec<_> = items.into_iter().map(|m| self.dispatch(m).into_future()).collect();
             let out = self.app.out.clone();
             actix::spawn(async move {
-                let replies: Vec<Value> = join_all(replies).await.into_iter().flatten().collect();
+                let replies: Vec<String> = join_all(replies).await.into_iter().flatten().collect();
                 if !replies.is_empty() {
-                    out.do_send(SendLine(Value::Array(replies).to_string()));
+                    out.do_send(SendLine(format!("[{}]", replies.join(","))));
                 }
             });
             return;
@@ -116,8 +116,8 @@ impl Server {
             Reply::Later(fut) => {
                 let out = self.app.out.clone();
                 actix::spawn(async move {
-                    if let Some(r) = fut.await {
-                        out.do_send(SendLine(r.to_string()));
+                    if let Some(line) = fut.await {
+                        out.do_send(SendLine(line));
                     }
                 });
             }
@@ -291,15 +291,16 @@ impl Server {
     }
 }
 
+/// A reply now (a JSON value), or later (a tools/call: its reply line, written as bytes).
 enum Reply {
     Now(Option<Value>),
-    Later(LocalBoxFuture<'static, Option<Value>>),
+    Later(LocalBoxFuture<'static, Option<String>>),
 }
 
 impl Reply {
-    fn into_future(self) -> LocalBoxFuture<'static, Option<Value>> {
+    fn into_future(self) -> LocalBoxFuture<'static, Option<String>> {
         match self {
-            Reply::Now(v) => Box::pin(futures::future::ready(v)),
+            Reply::Now(v) => Box::pin(futures::future::ready(v.map(|v| v.to_string()))),
             Reply::Later(f) => f,
         }
     }
@@ -370,19 +371,22 @@ async fn call_tool(
     id: Value,
     params: Value,
     gate_open: bool,
-) -> Option<Value> {
+) -> Option<String> {
     let Some(name) = params.get("name").and_then(Value::as_str).map(str::to_owned) else {
-        return Some(jsonrpc::error(&id, &RpcError::invalid_params("tools/call needs params.name, a string")));
+        let err = RpcError::invalid_params("tools/call needs params.name, a string");
+        return Some(jsonrpc::error(&id, &err).to_string());
     };
     let args = match params.get("arguments") {
         None | Some(Value::Null) => Value::Object(Map::new()),
         Some(a @ Value::Object(_)) => a.clone(),
-        Some(_) => return Some(jsonrpc::error(&id, &RpcError::invalid_params("arguments must be an object"))),
+        Some(_) => {
+            return Some(jsonrpc::error(&id, &RpcError::invalid_params("arguments must be an object")).to_string())
+        }
     };
     if !surface::has(app.surface, &name) {
         let err = RpcError::invalid_params(format!("unknown tool: {name}"))
             .with_data(json!({ "surface": app.surface.as_str() }));
-        return Some(jsonrpc::error(&id, &err));
+        return Some(jsonrpc::error(&id, &err).to_string());
     }
     let key = id_key(&id);
     let cancel = CancelToken::default();
@@ -449,18 +453,18 @@ async fn call_tool(
     if was_cancelled {
         return None;
     }
-    let result = match outcome {
+    let line = match outcome {
         Ok(ToolOutput { mut value, extra, .. }) => {
             secrets.redact_value(&mut value);
             let extra = extra.map(|t| secrets.redactor.redact(&t));
-            mcp::tool_result(value, false, &app.run_id, extra)
+            mcp::tool_result_line(&id, &value, false, &app.run_id, extra.as_deref())
         }
         Err(mut error) => {
             secrets.redact_value(&mut error);
-            mcp::tool_result(json!({ "error": error }), true, &app.run_id, None)
+            mcp::tool_result_line(&id, &json!({ "error": error }), true, &app.run_id, None)
         }
     };
-    Some(jsonrpc::result(&id, result))
+    Some(line)
 }
 
 async fn run_tool(

@@ -10,7 +10,6 @@
 //! commit interval of events; a torn last line is cut off at the next open, and nothing
 //! before it is lost.
 
-use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -20,7 +19,6 @@ use actix::prelude::*;
 use serde_json::{Map, Value};
 
 pub const COMMIT_INTERVAL: Duration = Duration::from_millis(5);
-const TAIL_KEEP: usize = 64;
 const OPEN_SCAN_BYTES: u64 = 1 << 20;
 
 #[derive(Debug, thiserror::Error)]
@@ -48,7 +46,6 @@ pub struct LogWriter {
     buf: Vec<u8>,
     seq: u64,
     run: String,
-    tail: VecDeque<String>,
     commit_scheduled: bool,
     failed: Option<String>,
 }
@@ -70,7 +67,6 @@ impl LogWriter {
             buf: Vec::with_capacity(64 * 1024),
             seq: report.last_seq,
             run: run.to_owned(),
-            tail: VecDeque::with_capacity(TAIL_KEEP),
             commit_scheduled: false,
             failed: None,
         };
@@ -84,7 +80,6 @@ impl LogWriter {
     /// Serializes one event into the buffer and returns its seq.
     pub fn append(&mut self, event: Event) -> u64 {
         self.seq += 1;
-        let start = self.buf.len();
         let ts = now_rfc3339();
         self.buf.extend_from_slice(b"{\"seq\":");
         self.buf.extend_from_slice(self.seq.to_string().as_bytes());
@@ -105,10 +100,6 @@ impl LogWriter {
             let _ = serde_json::to_writer(&mut self.buf, v);
         }
         self.buf.extend_from_slice(b"}\n");
-        if self.tail.len() == TAIL_KEEP {
-            self.tail.pop_front();
-        }
-        self.tail.push_back(String::from_utf8_lossy(&self.buf[start..self.buf.len() - 1]).into_owned());
         self.seq
     }
 
@@ -201,10 +192,75 @@ fn write_json_str(buf: &mut Vec<u8>, s: &str) {
 
 /// Now, as RFC 3339 in UTC with millisecond precision.
 pub fn now_rfc3339() -> String {
-    let now = time::OffsetDateTime::now_utc();
-    let format =
-        time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z");
-    now.format(&format).unwrap_or_default()
+    let since_epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    rfc3339_millis(since_epoch)
+}
+
+/// `since_epoch` as `2026-12-02T17:53:22.123Z`.
+fn rfc3339_millis(since_epoch: Duration) -> String {
+    let millis = since_epoch.subsec_millis();
+    with_second(&NOW_SECOND, since_epoch.as_secs(), |second, out| {
+        out.push_str(second);
+        out.push('.');
+        for d in [millis / 100, millis / 10 % 10, millis % 10] {
+            out.push(char::from(b'0' + d as u8));
+        }
+        out.push('Z');
+    })
+}
+
+/// `t` in RFC 3339 as the `time` crate's well-known format writes it: the fraction of a
+/// second only when there is one, without trailing zeros (`2026-12-02T17:53:22.5Z`).
+pub fn rfc3339(t: std::time::SystemTime) -> String {
+    match t.duration_since(std::time::UNIX_EPOCH) {
+        Ok(since_epoch) => {
+            let nanos = since_epoch.subsec_nanos();
+            with_second(&OTHER_SECOND, since_epoch.as_secs(), |second, out| {
+                out.push_str(second);
+                if nanos > 0 {
+                    let digits = format!("{nanos:09}");
+                    out.push('.');
+                    out.push_str(digits.trim_end_matches('0'));
+                }
+                out.push('Z');
+            })
+        }
+        // Before 1970: rare enough for the general formatter.
+        Err(_) => {
+            time::OffsetDateTime::from(t).format(&time::format_description::well_known::Rfc3339).unwrap_or_default()
+        }
+    }
+}
+
+/// A date and time to the second, `YYYY-MM-DDTHH:MM:SS`, kept while the second stays the same:
+/// every event is stamped, and formatting a date costs more than the rest of an event.
+type SecondCache = std::cell::RefCell<(u64, String)>;
+
+thread_local! {
+    /// For the current time (event stamps).
+    static NOW_SECOND: SecondCache = const { std::cell::RefCell::new((0, String::new())) };
+    /// For other times (file mtimes), so that they do not evict the current second.
+    static OTHER_SECOND: SecondCache = const { std::cell::RefCell::new((0, String::new())) };
+}
+
+/// Calls `write` with `secs` formatted as `YYYY-MM-DDTHH:MM:SS` (from `cache` when it holds
+/// that second) and the output string.
+fn with_second(
+    cache: &'static std::thread::LocalKey<SecondCache>,
+    secs: u64,
+    write: impl FnOnce(&str, &mut String),
+) -> String {
+    cache.with(|cell| {
+        let mut cached = cell.borrow_mut();
+        if cached.0 != secs || cached.1.is_empty() {
+            let t = time::OffsetDateTime::from_unix_timestamp(secs as i64).unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+            let format = time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]");
+            *cached = (secs, t.format(&format).unwrap_or_default());
+        }
+        let mut out = String::with_capacity(cached.1.len() + 11);
+        write(&cached.1, &mut out);
+        out
+    })
 }
 
 /// One log event: its kind and its own fields (an object).
@@ -300,8 +356,11 @@ impl Handler<Flush> for LogWriter {
 impl Handler<Tail> for LogWriter {
     type Result = Vec<Value>;
     fn handle(&mut self, msg: Tail, _: &mut Context<Self>) -> Vec<Value> {
-        let skip = self.tail.len().saturating_sub(msg.0);
-        self.tail.iter().skip(skip).filter_map(|l| serde_json::from_str(l).ok()).collect()
+        // Read back from the file when asked (once per step) rather than kept per event (on
+        // every call's path).
+        let res = self.write_out();
+        self.note_failure(res);
+        tail_file(&self.path, msg.0).unwrap_or_default()
     }
 }
 
@@ -310,6 +369,32 @@ impl Handler<Query> for LogWriter {
     fn handle(&mut self, q: Query, _: &mut Context<Self>) -> Self::Result {
         self.write_out().map_err(|e| e.to_string())?;
         query_file(&self.path, &q).map_err(|e| e.to_string())
+    }
+}
+
+/// The last `n` events of a log file, oldest first: read backwards from the end in growing
+/// windows, so a long log costs no more than its last lines.
+pub fn tail_file(path: &Path, n: usize) -> std::io::Result<Vec<Value>> {
+    let mut file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let len = file.metadata()?.len();
+    let mut window: u64 = 64 * 1024;
+    loop {
+        let start = len.saturating_sub(window);
+        file.seek(SeekFrom::Start(start))?;
+        let mut bytes = Vec::with_capacity((len - start) as usize);
+        (&mut file).take(len - start).read_to_end(&mut bytes)?;
+        // The first line of a window that does not start the file may be cut: skip it.
+        let lines: Vec<&[u8]> = bytes.split(|&b| b == b'\n').skip(usize::from(start > 0)).collect();
+        let events: Vec<Value> = lines.iter().filter_map(|l| serde_json::from_slice(l).ok()).collect();
+        if events.len() >= n || start == 0 {
+            let skip = events.len().saturating_sub(n);
+            return Ok(events.into_iter().skip(skip).collect());
+        }
+        window *= 4;
     }
 }
 
@@ -347,6 +432,36 @@ pub fn query_file(path: &Path, q: &Query) -> std::io::Result<QueryResult> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn timestamps_match_the_rfc3339_formatter_to_the_millisecond() {
+        let format =
+            time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z");
+        for nanos in [0u128, 1_700_000_000_123_456_789, 1_780_000_000_999_999_999, 1_780_000_000_005_000_000] {
+            let d = Duration::from_nanos(nanos as u64);
+            let t = time::OffsetDateTime::from_unix_timestamp_nanos(nanos as i128).expect("in range");
+            assert_eq!(rfc3339_millis(d), t.format(&format).expect("formats"));
+            assert_eq!(rfc3339_millis(d), t.format(&format).expect("formats"), "from the cached second");
+        }
+    }
+
+    #[test]
+    fn rfc3339_matches_the_well_known_formatter() {
+        let well_known = time::format_description::well_known::Rfc3339;
+        for nanos in [
+            0u64,
+            1_700_000_000_000_000_000,
+            1_700_000_000_500_000_000,
+            1_700_000_000_123_456_789,
+            1_700_000_000_000_000_010,
+        ] {
+            let t = std::time::UNIX_EPOCH + Duration::from_nanos(nanos);
+            let expected = time::OffsetDateTime::from(t).format(&well_known).expect("formats");
+            assert_eq!(rfc3339(t), expected);
+        }
+        let before = std::time::UNIX_EPOCH - Duration::from_secs(86_400);
+        assert_eq!(rfc3339(before), "1969-12-31T00:00:00Z");
+    }
+
     use super::*;
     use serde_json::json;
 

@@ -328,8 +328,7 @@ fn kind_of(t: &std::fs::FileType) -> &'static str {
 }
 
 fn rfc3339(t: std::time::SystemTime) -> String {
-    let t = time::OffsetDateTime::from(t);
-    t.format(&time::format_description::well_known::Rfc3339).unwrap_or_default()
+    gm_actors::log_writer::rfc3339(t)
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -372,7 +371,7 @@ pub async fn list_dir(ctx: Ctx, args: ListDirArgs) -> Result<ListDirReply, VerbE
     }
     let offset = args.offset.unwrap_or(0);
     let path = match args.path.as_deref() {
-        None | Some("") | Some(".") => ctx.workspace.clone(),
+        None | Some("") | Some(".") => ctx.workspace.to_path_buf(),
         Some(p) => resolve(&ctx, p)?,
     };
     let read = std::fs::read_dir(&path).map_err(|e| VerbError::io("cannot list", &path, e))?;

@@ -17,7 +17,7 @@ pub mod search;
 pub mod shell;
 pub mod web;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use actix::Addr;
@@ -63,9 +63,9 @@ pub struct Verb {
 /// What a verb may use. Cheap to clone; `Send`, so verbs run on any arbiter.
 #[derive(Clone)]
 pub struct Ctx {
-    pub workspace: PathBuf,
+    pub workspace: Arc<Path>,
     /// `<workspace>/.gm`: the log, spilled outputs, jobs.
-    pub state_dir: PathBuf,
+    pub state_dir: Arc<Path>,
     pub locks: Addr<FileLocks>,
     /// The log writer; `None` in the one-shot CLI, which only reads the log.
     pub log: Option<Addr<LogWriter>>,

@@ -66,7 +66,7 @@ fn timeout(ms: Option<u64>, default: u64) -> Result<Duration, VerbError> {
 
 fn cwd(ctx: &Ctx, cwd: Option<&str>) -> Result<PathBuf, VerbError> {
     let dir = match cwd {
-        None | Some("") => ctx.workspace.clone(),
+        None | Some("") => ctx.workspace.to_path_buf(),
         Some(c) => resolve(ctx, c)?,
     };
     if !dir.is_dir() {
