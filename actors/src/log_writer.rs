@@ -13,6 +13,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use actix::prelude::*;
@@ -41,8 +42,8 @@ pub struct OpenReport {
 pub struct LogWriter {
     path: PathBuf,
     file: File,
-    /// Wakes the sync thread; a full channel means a sync is already due, which covers us.
-    sync: crossbeam_channel::Sender<()>,
+    /// Wakes the sync thread; a sync already due covers us.
+    sync: Syncer,
     buf: Vec<u8>,
     seq: u64,
     run: String,
@@ -118,7 +119,7 @@ impl LogWriter {
     pub fn commit_in_background(&mut self) -> Result<(), LogError> {
         if !self.buf.is_empty() {
             self.write_out()?;
-            let _ = self.sync.try_send(());
+            self.sync.request();
         }
         Ok(())
     }
@@ -145,16 +146,62 @@ impl LogWriter {
     }
 }
 
-fn spawn_syncer(file: File) -> std::io::Result<crossbeam_channel::Sender<()>> {
-    let (tx, rx) = crossbeam_channel::bounded::<()>(1);
-    std::thread::Builder::new().name("gm-log-sync".into()).spawn(move || {
-        for () in rx {
-            if let Err(e) = file.sync_data() {
-                eprintln!("gm: cannot sync the run log: {e}");
-            }
+/// Wakes the sync thread: a flag under a mutex and a condition variable, so that the thread
+/// sleeps at once between syncs (a channel's receive spins and yields first, and on a busy core
+/// each yield takes a turn from the calls being served). Dropping it ends the thread.
+struct Syncer(Arc<SyncSignal>);
+
+#[derive(Default)]
+struct SyncSignal {
+    state: Mutex<SyncState>,
+    wake: Condvar,
+}
+
+#[derive(Default)]
+struct SyncState {
+    due: bool,
+    closed: bool,
+}
+
+impl Syncer {
+    fn request(&self) {
+        if let Ok(mut state) = self.0.state.lock() {
+            state.due = true;
+        }
+        self.0.wake.notify_one();
+    }
+}
+
+impl Drop for Syncer {
+    fn drop(&mut self) {
+        if let Ok(mut state) = self.0.state.lock() {
+            state.closed = true;
+        }
+        self.0.wake.notify_one();
+    }
+}
+
+fn spawn_syncer(file: File) -> std::io::Result<Syncer> {
+    let signal = Arc::new(SyncSignal::default());
+    let theirs = signal.clone();
+    std::thread::Builder::new().name("gm-log-sync".into()).spawn(move || loop {
+        let Ok(mut state) = theirs.state.lock() else { return };
+        while !state.due && !state.closed {
+            state = match theirs.wake.wait(state) {
+                Ok(state) => state,
+                Err(_) => return,
+            };
+        }
+        if !state.due {
+            return; // closed, nothing left to sync
+        }
+        state.due = false;
+        drop(state);
+        if let Err(e) = file.sync_data() {
+            eprintln!("gm: cannot sync the run log: {e}");
         }
     })?;
-    Ok(tx)
+    Ok(Syncer(signal))
 }
 
 fn repair_and_scan(file: &mut File) -> std::io::Result<OpenReport> {

@@ -67,10 +67,22 @@ fn pollable_stdin() -> Option<tokio::io::unix::AsyncFd<StdinFd>> {
     Some(fd)
 }
 
+/// Whether a short read from fd 0 means it was drained: true of a pipe or a socket (a read
+/// returns what is there, up to the buffer), not of a terminal (a read returns one line).
+fn short_read_drains_stdin() -> bool {
+    // SAFETY: fstat writes into the zeroed stat we own.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(0, &mut st) } != 0 {
+        return false;
+    }
+    matches!(st.st_mode & libc::S_IFMT, libc::S_IFIFO | libc::S_IFSOCK)
+}
+
 async fn read_polled(fd: tokio::io::unix::AsyncFd<StdinFd>, max_line: usize, sink: Recipient<Incoming>) {
     let mut splitter = LineSplitter::new(max_line);
     let mut buf = vec![0u8; 64 * 1024];
     let mut emit = |m| sink.do_send(m);
+    let drains = short_read_drains_stdin();
     loop {
         let Ok(mut guard) = fd.readable().await else { break };
         let read = guard.try_io(|_| {
@@ -84,7 +96,16 @@ async fn read_polled(fd: tokio::io::unix::AsyncFd<StdinFd>, max_line: usize, sin
         });
         match read {
             Ok(Ok(0)) => break,
-            Ok(Ok(n)) => splitter.feed(&buf[..n], &mut emit),
+            Ok(Ok(n)) => {
+                splitter.feed(&buf[..n], &mut emit);
+                // A short read emptied the pipe: wait for the next readiness edge now rather
+                // than make one more read only to see EAGAIN (a syscall per request). Safe on
+                // this single-threaded runtime: the driver cannot have taken an edge for data
+                // that arrived after the read, so that data wakes the next wait.
+                if drains && n < buf.len() {
+                    guard.clear_ready();
+                }
+            }
             Ok(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Ok(Err(_)) => break,
             Err(_would_block) => {}
