@@ -48,7 +48,7 @@ impl JsHost for Host {
         Box::pin(async move {
             let started = Instant::now();
             let logged_args = args.clone();
-            let mut result = verbs::call(ctx.clone(), &name, args).await.map_err(|e| e.to_json());
+            let mut result = verbs::call(ctx.clone(), &name, &args).await.map_err(|e| e.to_json());
             let secrets = ctx.secrets.get();
             match &mut result {
                 Ok(v) | Err(v) => secrets.redact_value(v),

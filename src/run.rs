@@ -90,7 +90,7 @@ pub async fn next_context(app: &App, state: RunState) -> Result<Value, VerbError
     Ok(v)
 }
 
-pub async fn finish(app: &App, args: Value, state: RunState) -> Result<Value, VerbError> {
+pub async fn finish(app: &App, args: &Value, state: RunState) -> Result<Value, VerbError> {
     let args: FinishArgs = parse_args(args)?;
     let gaps = args.gaps.unwrap_or_default();
     let stopped = if args.stop_background.unwrap_or(false) {
@@ -112,7 +112,7 @@ pub async fn finish(app: &App, args: Value, state: RunState) -> Result<Value, Ve
     )
 }
 
-pub fn parse_run_code(args: Value) -> Result<(String, Duration), VerbError> {
+pub fn parse_run_code(args: &Value) -> Result<(String, Duration), VerbError> {
     let args: RunCodeArgs = parse_args(args)?;
     let ms = args.timeout_ms.unwrap_or(DEFAULT_BUDGET_MS);
     if ms == 0 || ms > MAX_BUDGET_MS {

@@ -178,6 +178,6 @@ pub fn run_verb(workspace_dir: &Path, name: &str, args: Value) -> Result<Value, 
             skills: Arc::new(Skills::locate()),
             cancel: CancelToken::default(),
         };
-        verbs::call(ctx, name, args).await.map_err(|e: VerbError| e.to_json())
+        verbs::call(ctx, name, &args).await.map_err(|e: VerbError| e.to_json())
     })
 }

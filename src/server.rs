@@ -407,7 +407,7 @@ async fn call_tool(
     };
     let in_flight = permit.as_ref().map_or(0, |p| p.in_flight);
     let ticker = progress_ticker(&app, &name, &params);
-    let call = run_tool(&app, &session, &name, args.clone(), cancel.clone(), gate_open);
+    let call = run_tool(&app, &session, &name, &args, cancel.clone(), gate_open);
     let outcome = std::panic::AssertUnwindSafe(call).catch_unwind().await.unwrap_or_else(|panic| {
         Err(VerbError::Internal(format!("{name} panicked: {}", verbs::panic_message(&panic))).to_json())
     });
@@ -471,7 +471,7 @@ async fn run_tool(
     app: &App,
     session: &RefCell<Session>,
     name: &str,
-    args: Value,
+    args: &Value,
     cancel: CancelToken,
     gate_open: bool,
 ) -> Result<ToolOutput, Value> {

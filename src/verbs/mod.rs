@@ -57,7 +57,7 @@ pub struct Verb {
     pub description: &'static str,
     pub effect: Effect,
     pub schema: fn() -> Value,
-    pub run: fn(Ctx, Value) -> VerbFuture,
+    pub run: fn(Ctx, &Value) -> VerbFuture,
 }
 
 /// What a verb may use. Cheap to clone; `Send`, so verbs run on any arbiter.
@@ -84,10 +84,12 @@ impl Ctx {
     }
 }
 
-/// Parses a verb's arguments; `null` (no arguments) reads as `{}`.
-pub fn parse_args<A: DeserializeOwned>(args: Value) -> Result<A, VerbError> {
-    let args = if args.is_null() { Value::Object(Default::default()) } else { args };
-    serde_json::from_value(args).map_err(|e| VerbError::InvalidArgs(e.to_string()))
+/// Parses a verb's arguments; `null` (no arguments) reads as `{}`. Borrowed, so that the call's
+/// log event can keep the arguments without a copy.
+pub fn parse_args<A: DeserializeOwned>(args: &Value) -> Result<A, VerbError> {
+    let empty = Value::Object(Default::default());
+    let args = if args.is_null() { &empty } else { args };
+    A::deserialize(args).map_err(|e| VerbError::InvalidArgs(e.to_string()))
 }
 
 /// The JSON Schema (2020-12) of an argument type, as an MCP tool input schema.
@@ -111,9 +113,9 @@ macro_rules! verb {
             effect: $effect,
             schema: || schema_of::<$args>(),
             run: |ctx, args| {
+                let parsed: Result<$args, VerbError> = parse_args(args);
                 Box::pin(async move {
-                    let args: $args = parse_args(args)?;
-                    let out = $func(ctx, args).await?;
+                    let out = $func(ctx, parsed?).await?;
                     serde_json::to_value(out).map_err(|e| VerbError::Internal(e.to_string()))
                 })
             },
@@ -230,7 +232,7 @@ pub fn find(name: &str) -> Option<&'static Verb> {
 }
 
 /// Runs a verb by name, turning a panic inside it into that call's error.
-pub async fn call(ctx: Ctx, name: &str, args: Value) -> Result<Value, VerbError> {
+pub async fn call(ctx: Ctx, name: &str, args: &Value) -> Result<Value, VerbError> {
     use futures::FutureExt;
     let verb = find(name).ok_or_else(|| VerbError::UnknownVerb(name.to_owned()))?;
     match std::panic::AssertUnwindSafe((verb.run)(ctx, args)).catch_unwind().await {
