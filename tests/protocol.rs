@@ -48,6 +48,32 @@ fn ids_may_be_zero_negative_or_strings() {
     }
 }
 
+#[test]
+fn requests_split_across_writes_or_packed_into_one_are_all_answered() {
+    // The reader ends a read when a pipe read comes back short; whatever arrives next, in
+    // pieces or several lines at once, must still wake it.
+    let mut gm = Gm::start(&[]);
+    let line = |id: u64| format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"ping\"}}\n");
+    let first = line(1);
+    let (a, b) = first.as_bytes().split_at(10);
+    gm.send_raw(a);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    gm.send_raw(b);
+    assert_eq!(gm.recv_id(&json!(1))["result"], json!({}));
+    let packed: String = (2..=40).map(line).collect();
+    gm.send_raw(packed.as_bytes());
+    for id in 2..=40 {
+        assert_eq!(gm.recv_id(&json!(id))["result"], json!({}), "{id}");
+    }
+    // A line longer than one read of the reader's buffer (64 KiB), sent in one write.
+    let long = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":41,\"method\":\"ping\",\"params\":{{\"_meta\":{{\"pad\":\"{}\"}}}}}}\n",
+        "y".repeat(200_000)
+    );
+    gm.send_raw(long.as_bytes());
+    assert_eq!(gm.recv_id(&json!(41))["result"], json!({}));
+}
+
 fn expect_error(gm: &mut Gm, raw: &[u8], code: i64) -> Value {
     gm.send_raw(raw);
     let r = gm.recv(common::TIMEOUT).expect("an error reply");

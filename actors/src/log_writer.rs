@@ -519,6 +519,31 @@ mod tests {
     }
 
     #[test]
+    fn the_tail_is_the_last_events_of_the_file_across_runs_and_window_sizes() {
+        let path = temp_log("tail");
+        assert!(tail_file(&path, 5).expect("missing file reads as empty").is_empty());
+        let (mut first, _) = LogWriter::open(&path, "run-a").expect("open");
+        first.append(Event::new("action", json!({ "n": 0 })));
+        first.commit().expect("commit");
+        drop(first);
+        // A second run whose events are large enough that the last ten span several of the
+        // growing read windows (64 KiB, then 256 KiB, ...), the first of them cut mid-line.
+        let (mut second, _) = LogWriter::open(&path, "run-b").expect("open");
+        let padding = "x".repeat(20_000);
+        for n in 1..=30 {
+            second.append(Event::new("action", json!({ "n": n, "pad": padding })));
+        }
+        second.commit().expect("commit");
+        let tail = tail_file(&path, 10).expect("tail");
+        let ns: Vec<u64> = tail.iter().filter_map(|e| e["n"].as_u64()).collect();
+        assert_eq!(ns, (21..=30).collect::<Vec<_>>());
+        let all = tail_file(&path, 100).expect("tail");
+        assert_eq!(all.len(), 31, "the whole file when it holds fewer events than asked");
+        assert_eq!(all[0]["run"], "run-a", "a young run's tail reaches into the previous run");
+        let _ = std::fs::remove_dir_all(path.parent().expect("dir"));
+    }
+
+    #[test]
     fn seq_continues_across_reopen() {
         let path = temp_log("reopen");
         {

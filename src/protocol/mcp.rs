@@ -31,23 +31,8 @@ pub fn server_info() -> Value {
     json!({ "name": "gm", "title": "gm", "version": env!("CARGO_PKG_VERSION") })
 }
 
-/// A tools/call result: the value as compact JSON text, plus structured content when it is an
-/// object.
-pub fn tool_result(value: Value, is_error: bool, run: &str, extra_text: Option<String>) -> Value {
-    let text = serde_json::to_string(&value).unwrap_or_default();
-    let mut content = vec![json!({ "type": "text", "text": text })];
-    if let Some(extra) = extra_text {
-        content.push(json!({ "type": "text", "text": extra }));
-    }
-    let mut r = json!({ "content": content, "isError": is_error, "_meta": { RUN_META_KEY: run } });
-    if value.is_object() {
-        r["structuredContent"] = value;
-    }
-    r
-}
-
-/// The whole JSON-RPC reply line for a tools/call result, the same as
-/// `jsonrpc::result(id, tool_result(..)).to_string()` but written straight to bytes: the value
+/// The whole JSON-RPC reply line for a tools/call result: the value as compact JSON text,
+/// plus structured content when it is an object, written straight to bytes: the value
 /// is serialized once and used twice (escaped as the text block, raw as the structured
 /// content), with no intermediate JSON values. This is on every call's path.
 pub fn tool_result_line(id: &Value, value: &Value, is_error: bool, run: &str, extra_text: Option<&str>) -> String {
@@ -86,6 +71,20 @@ fn push_json_str(out: &mut String, s: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The reply as JSON values: what [`tool_result_line`] must write.
+    fn tool_result(value: Value, is_error: bool, run: &str, extra_text: Option<String>) -> Value {
+        let text = serde_json::to_string(&value).unwrap_or_default();
+        let mut content = vec![json!({ "type": "text", "text": text })];
+        if let Some(extra) = extra_text {
+            content.push(json!({ "type": "text", "text": extra }));
+        }
+        let mut r = json!({ "content": content, "isError": is_error, "_meta": { RUN_META_KEY: run } });
+        if value.is_object() {
+            r["structuredContent"] = value;
+        }
+        r
+    }
 
     #[test]
     fn the_reply_line_is_the_reply_value_written_out() {
