@@ -14,6 +14,7 @@
 //! read from the file, which also shows the line as it is now.
 
 use std::collections::HashMap;
+use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, UNIX_EPOCH};
@@ -23,8 +24,9 @@ use serde::{Deserialize, Serialize};
 use tantivy::collector::{FilterCollector, TopDocs};
 use tantivy::columnar::Column;
 use tantivy::indexer::{LogMergePolicy, NoMergePolicy, UserOperation};
+use tantivy::query::RangeQuery;
 use tantivy::schema::document::{Document, ReferenceValue, ReferenceValueLeaf, Value};
-use tantivy::schema::{Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, FAST, INDEXED};
+use tantivy::schema::{Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, FAST};
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, Term};
 
 use super::tokenizer::{has_words, terms_query, CodeTokenizer};
@@ -35,7 +37,7 @@ pub const RESCAN_MIN: Duration = Duration::from_secs(2);
 /// Files larger than this are not indexed (generated or data files); they are counted.
 const MAX_FILE_BYTES: u64 = 8 << 20;
 /// Bump when the schema or tokenizer changes: an older index is rebuilt.
-const FORMAT: u32 = 3;
+const FORMAT: u32 = 4;
 /// The heap of the writer that builds the index, split between tantivy's indexing threads.
 /// Larger heaps make fewer segments but build slower here (each thread's term hash table
 /// outgrows the caches): 128 MB built the kernel in 23 s, 256 MB in 25 s, 768 MB in 27 s.
@@ -199,7 +201,9 @@ fn small_merges() -> LogMergePolicy {
 
 fn schema() -> (Schema, Fields) {
     let mut b = Schema::builder();
-    let file = b.add_u64_field("file", INDEXED | FAST);
+    // Not indexed: a term per line for the file would cost the build a tenth of its time.
+    // Deletes find a file's lines through the fast column (see [`LineIndex::delete_file`]).
+    let file = b.add_u64_field("file", FAST);
     let line = b.add_u64_field("line", FAST);
     let text_options = TextOptions::default().set_indexing_options(
         TextFieldIndexing::default().set_tokenizer("code").set_index_option(IndexRecordOption::WithFreqs),
@@ -394,9 +398,18 @@ impl LineIndex {
     fn forget(&mut self, rel: &str) -> Result<(), IndexError> {
         if let Some(state) = self.manifest.files.remove(rel) {
             self.paths.remove(&state.id);
-            let term = Term::from_field_u64(self.fields.file, state.id);
-            self.writer()?.delete_term(term);
+            self.delete_file(state.id)?;
         }
+        Ok(())
+    }
+
+    /// Deletes a file's lines. The range query reads the `file` fast column, and only in
+    /// segments whose range of file ids holds `id`: each segment was built from files indexed
+    /// one after another, so one or two of them at most.
+    fn delete_file(&mut self, id: u64) -> Result<(), IndexError> {
+        let term = Term::from_field_u64(self.fields.file, id);
+        let query = RangeQuery::new(Bound::Included(term.clone()), Bound::Included(term));
+        self.writer()?.delete_query(Box::new(query))?;
         Ok(())
     }
 
@@ -417,7 +430,7 @@ impl LineIndex {
         }
         let fields = self.fields;
         if let Some(k) = known {
-            self.writer()?.delete_term(Term::from_field_u64(fields.file, k.id));
+            self.delete_file(k.id)?;
         }
         let id = match known {
             Some(k) => k.id,
