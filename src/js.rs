@@ -6,11 +6,24 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 use futures::future::BoxFuture;
-use gm_actors::js_engine::JsHost;
+use gm_actors::js_engine::{null_json, JsHost};
 use gm_actors::log_writer::Event;
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
-use crate::verbs::{self, Ctx};
+use crate::verbs::{self, Ctx, Json, VerbError};
+
+/// The fields of a `code-call` event, written to the log without building a JSON value.
+#[derive(serde::Serialize)]
+struct CodeCallFields<'a> {
+    verb: &'a str,
+    args: &'a RawValue,
+    outcome: &'static str,
+    ms: f64,
+    body: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a Value>,
+}
 
 pub struct Host {
     ctx: Ctx,
@@ -42,32 +55,40 @@ impl JsHost for Host {
             .clone()
     }
 
-    fn call(&self, name: String, args: Value) -> BoxFuture<'static, Result<Value, Value>> {
+    fn call(&self, name: String, args: Json) -> BoxFuture<'static, Result<Json, Json>> {
         let ctx = self.ctx.clone();
         let body = self.body;
         Box::pin(async move {
             let started = Instant::now();
-            let logged_args = args.clone();
-            let mut result = verbs::call(ctx.clone(), &name, &args).await.map_err(|e| e.to_json());
+            let result = verbs::call(ctx.clone(), &name, &args).await;
             let secrets = ctx.secrets.get();
-            match &mut result {
-                Ok(v) | Err(v) => secrets.redact_value(v),
-            }
+            let error = result.as_ref().err().map(VerbError::to_json);
             if let Some(log) = &ctx.log {
-                let mut fields = json!({
-                    "verb": name,
-                    "args": logged_args,
-                    "outcome": if result.is_ok() { "ok" } else { "error" },
-                    "ms": millis(started),
-                    "body": body,
-                });
-                if let Err(e) = &result {
-                    fields["error"] = e["code"].clone();
-                }
-                ctx.secrets.get().redact_value(&mut fields);
-                log.do_send(Event::new("code-call", fields));
+                let fields = CodeCallFields {
+                    verb: &name,
+                    args: &args,
+                    outcome: if result.is_ok() { "ok" } else { "error" },
+                    ms: millis(started),
+                    body,
+                    error: error.as_ref().and_then(|e| e.get("code")),
+                };
+                let event = if secrets.redactor.is_empty() {
+                    Event::serialized("code-call", &fields)
+                } else {
+                    let mut fields = serde_json::to_value(&fields).unwrap_or_default();
+                    secrets.redact_value(&mut fields);
+                    Event::new("code-call", fields)
+                };
+                log.do_send(event);
             }
-            result
+            match (result, error) {
+                (Ok(value), _) => Ok(secrets.redact_json(value)),
+                (Err(_), Some(mut error)) => {
+                    secrets.redact_value(&mut error);
+                    Err(serde_json::value::to_raw_value(&error).unwrap_or_else(|_| null_json()))
+                }
+                (Err(e), None) => Err(serde_json::value::to_raw_value(&e.to_json()).unwrap_or_else(|_| null_json())),
+            }
         })
     }
 

@@ -9,11 +9,12 @@ use gm_actors::js_engine::{CancelToken, JsError, Outcome, Run};
 use gm_actors::log_writer::{Event, Flush, Tail};
 use schemars::JsonSchema;
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use crate::server::App;
 use crate::verbs::rows::{load_all, Kind, State as RowState};
-use crate::verbs::{parse_args, VerbError};
+use crate::verbs::{parse_args, Json, VerbError};
 
 pub const DEFAULT_BUDGET_MS: u64 = 180_000;
 pub const MAX_BUDGET_MS: u64 = 300_000;
@@ -90,7 +91,7 @@ pub async fn next_context(app: &App, state: RunState) -> Result<Value, VerbError
     Ok(v)
 }
 
-pub async fn finish(app: &App, args: &Value, state: RunState) -> Result<Value, VerbError> {
+pub async fn finish(app: &App, args: &RawValue, state: RunState) -> Result<Value, VerbError> {
     let args: FinishArgs = parse_args(args)?;
     let gaps = args.gaps.unwrap_or_default();
     let stopped = if args.stop_background.unwrap_or(false) {
@@ -112,7 +113,7 @@ pub async fn finish(app: &App, args: &Value, state: RunState) -> Result<Value, V
     )
 }
 
-pub fn parse_run_code(args: &Value) -> Result<(String, Duration), VerbError> {
+pub fn parse_run_code(args: &RawValue) -> Result<(String, Duration), VerbError> {
     let args: RunCodeArgs = parse_args(args)?;
     let ms = args.timeout_ms.unwrap_or(DEFAULT_BUDGET_MS);
     if ms == 0 || ms > MAX_BUDGET_MS {
@@ -123,7 +124,8 @@ pub fn parse_run_code(args: &Value) -> Result<(String, Duration), VerbError> {
 
 /// What a run-loop tool or a verb call gives back to the server.
 pub struct ToolOutput {
-    pub value: Value,
+    /// The result as JSON text.
+    pub value: Json,
     /// A second text block (run_code's console), if any.
     pub extra: Option<String>,
     /// The call handed work to the background (a run_code body past its budget): what it
@@ -132,9 +134,18 @@ pub struct ToolOutput {
 }
 
 impl ToolOutput {
-    pub fn value(value: Value) -> Self {
+    pub fn json(value: Json) -> Self {
         Self { value, extra: None, detached: false }
     }
+
+    pub fn value(value: &Value) -> Self {
+        Self::json(raw(value))
+    }
+}
+
+/// A JSON value as text; serializing a value cannot fail.
+fn raw(value: &Value) -> Json {
+    serde_json::value::to_raw_value(value).unwrap_or_else(|_| gm_actors::js_engine::null_json())
 }
 
 /// Runs a body. One still running at its budget goes on in the background as a job
@@ -146,9 +157,8 @@ pub async fn run_code(
     body: u64,
     cancel: CancelToken,
 ) -> Result<ToolOutput, Value> {
-    let mut ctx = app.ctx.clone();
     // Shells the body starts are stopped with it.
-    ctx.cancel = cancel.clone();
+    let ctx = app.ctx.with_cancel(cancel.clone());
     let host = Arc::new(crate::js::Host::new(ctx, body));
     let lines: Vec<String> = code.lines().map(str::to_owned).collect();
     let summary = code.clone();
@@ -159,7 +169,7 @@ pub async fn run_code(
     tokio::select! {
         outcome = &mut pending => {
             let (value, extra) = shape(outcome, &lines)?;
-            return Ok(ToolOutput { value, extra, detached: false });
+            return Ok(ToolOutput { value: raw(&value), extra, detached: false });
         }
         () = tokio::time::sleep(budget) => {}
     }
@@ -207,7 +217,7 @@ pub async fn run_code(
             budget.as_millis()
         ),
     });
-    Ok(ToolOutput { value, extra: None, detached: true })
+    Ok(ToolOutput { value: raw(&value), extra: None, detached: true })
 }
 
 /// A finished body as a tool result: its value and console, or a structured error.

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use gm_actors::capture::Redactor;
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 const RECHECK: Duration = Duration::from_millis(500);
@@ -48,6 +49,18 @@ impl Secrets {
 
     pub fn names(&self) -> Vec<&str> {
         self.pairs.iter().map(|(k, _)| k.as_str()).collect()
+    }
+
+    /// Replaces secret values in every string of a JSON text. With no secrets (the common
+    /// case) the text passes through untouched; with some, it is read as a value so that only
+    /// strings change (a plain text replace could cut into a number or a JSON escape).
+    pub fn redact_json(&self, json: Box<RawValue>) -> Box<RawValue> {
+        if self.redactor.is_empty() {
+            return json;
+        }
+        let Ok(mut v) = serde_json::from_str::<Value>(json.get()) else { return json };
+        self.redact_value(&mut v);
+        serde_json::value::to_raw_value(&v).unwrap_or(json)
     }
 
     /// Replaces secret values in every string of `v`.

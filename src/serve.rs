@@ -4,7 +4,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use actix::prelude::*;
-use gm_actors::cancel::CancelToken;
 use gm_actors::file_locks::FileLocks;
 use gm_actors::jobs::{Jobs, TakeStartupEvents};
 use gm_actors::js_engine::JsEngines;
@@ -20,7 +19,7 @@ use crate::secrets::SecretsFile;
 use crate::server::{App, Server};
 use crate::skills::Skills;
 use crate::surface::Surface;
-use crate::verbs::{self, Ctx, VerbError};
+use crate::verbs::{self, Ctx, Shared, VerbError};
 
 pub const DEFAULT_MAX_INFLIGHT: usize = 8;
 /// The longest JSON-RPC line gm reads; longer lines are dropped unread and answered with an error.
@@ -96,7 +95,7 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
         let log = writer.start();
         let skills = Arc::new(Skills::locate());
         let jobs = Jobs::new(state_dir.join("jobs")).start();
-        let ctx = Ctx {
+        let ctx = Ctx::new(Shared {
             search: start_search(&workspace, &state_dir),
             calls: start_calls(&workspace),
             workspace: workspace.clone().into(),
@@ -106,8 +105,7 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
             log: Some(log.clone()),
             skills: skills.clone(),
             jobs: jobs.clone(),
-            cancel: CancelToken::default(),
-        };
+        });
         log.do_send(Event::new(
             "start",
             json!({
@@ -166,7 +164,7 @@ pub fn run_verb(workspace_dir: &Path, name: &str, args: Value) -> Result<Value, 
     let system = System::new();
     system.block_on(async move {
         let state_dir = workspace.join(".gm");
-        let ctx = Ctx {
+        let ctx = Ctx::new(Shared {
             search: start_search(&workspace, &state_dir),
             calls: start_calls(&workspace),
             secrets: Arc::new(SecretsFile::new(state_dir.join("secrets.env"))),
@@ -176,8 +174,8 @@ pub fn run_verb(workspace_dir: &Path, name: &str, args: Value) -> Result<Value, 
             locks: FileLocks::default().start(),
             log: None,
             skills: Arc::new(Skills::locate()),
-            cancel: CancelToken::default(),
-        };
-        verbs::call(ctx, name, &args).await.map_err(|e: VerbError| e.to_json())
+        });
+        let args = verbs::to_json(&args).map_err(|e| e.to_json())?;
+        verbs::call(ctx, name, &args).await.map(|json| verbs::to_value(&json)).map_err(|e: VerbError| e.to_json())
     })
 }

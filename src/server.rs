@@ -17,6 +17,7 @@ use gm_actors::js_engine::{CancelToken, JsEngines};
 use gm_actors::log_writer::{Event, Flush};
 use gm_actors::scheduler::{Admit, Scheduler};
 use gm_actors::transport::{Incoming, Send as SendLine, StdoutWriter};
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 use crate::js::millis;
@@ -79,6 +80,10 @@ impl Server {
     }
 
     fn on_line(&self, line: String) {
+        // Most lines are tools/calls: those are read without building JSON values.
+        if let Some(call) = mcp::parse_tool_call(&line) {
+            return self.spawn_reply(self.start_call(call));
+        }
         let v: Value = match serde_json::from_str(&line) {
             Ok(v) => v,
             Err(e) => {
@@ -113,15 +118,25 @@ impl Server {
         match self.dispatch(v) {
             Reply::Now(Some(r)) => self.send(r),
             Reply::Now(None) => {}
-            Reply::Later(fut) => {
-                let out = self.app.out.clone();
-                actix::spawn(async move {
-                    if let Some(line) = fut.await {
-                        out.do_send(SendLine(line));
-                    }
-                });
-            }
+            Reply::Later(fut) => self.spawn_reply(fut),
         }
+    }
+
+    /// Sends a call's reply line when it is ready.
+    fn spawn_reply(&self, reply: LocalBoxFuture<'static, Option<String>>) {
+        let out = self.app.out.clone();
+        actix::spawn(async move {
+            if let Some(line) = reply.await {
+                out.do_send(SendLine(line));
+            }
+        });
+    }
+
+    /// Starts one tools/call. The read gate is judged in arrival order: a run_code sent
+    /// before the skill read is refused even if it would start after it.
+    fn start_call(&self, call: mcp::ToolCall) -> LocalBoxFuture<'static, Option<String>> {
+        let gate_open = self.session.borrow().skill_read;
+        Box::pin(call_tool(self.app.clone(), self.session.clone(), call, gate_open))
     }
 
     /// Handles one message. Quick methods answer now; tools/call answers later.
@@ -135,16 +150,10 @@ impl Server {
             }
             Message::Request { id, method, params } => {
                 if method == "tools/call" {
-                    // The read gate is judged in arrival order: a run_code sent before the
-                    // skill read is refused even if it would start after it.
-                    let gate_open = self.session.borrow().skill_read;
-                    return Reply::Later(Box::pin(call_tool(
-                        self.app.clone(),
-                        self.session.clone(),
-                        id,
-                        params,
-                        gate_open,
-                    )));
+                    return match mcp::ToolCall::from_params(id.clone(), &params) {
+                        Ok(call) => Reply::Later(self.start_call(call)),
+                        Err(e) => Reply::Now(Some(jsonrpc::error(&id, &e))),
+                    };
                 }
                 let reply = match self.on_request(&method, params) {
                     Ok(result) => jsonrpc::result(&id, result),
@@ -364,25 +373,36 @@ impl Handler<Incoming> for Server {
     }
 }
 
+/// The fields of a call's `action` event, written to the log without building a JSON value.
+#[derive(serde::Serialize)]
+struct ActionFields<'a> {
+    tool: &'a str,
+    id: &'a Value,
+    args: &'a RawValue,
+    outcome: &'static str,
+    ms: f64,
+    #[serde(rename = "inFlight")]
+    in_flight: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    traceparent: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tracestate: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    baggage: Option<&'a Value>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    cancelled: bool,
+}
+
 /// One tools/call: admission, the call, its action event, its reply.
 async fn call_tool(
     app: Rc<App>,
     session: Rc<RefCell<Session>>,
-    id: Value,
-    params: Value,
+    call: mcp::ToolCall,
     gate_open: bool,
 ) -> Option<String> {
-    let Some(name) = params.get("name").and_then(Value::as_str).map(str::to_owned) else {
-        let err = RpcError::invalid_params("tools/call needs params.name, a string");
-        return Some(jsonrpc::error(&id, &err).to_string());
-    };
-    let args = match params.get("arguments") {
-        None | Some(Value::Null) => Value::Object(Map::new()),
-        Some(a @ Value::Object(_)) => a.clone(),
-        Some(_) => {
-            return Some(jsonrpc::error(&id, &RpcError::invalid_params("arguments must be an object")).to_string())
-        }
-    };
+    let mcp::ToolCall { id, name, args, meta } = call;
     if !surface::has(app.surface, &name) {
         let err = RpcError::invalid_params(format!("unknown tool: {name}"))
             .with_data(json!({ "surface": app.surface.as_str() }));
@@ -406,9 +426,9 @@ async fn call_tool(
         Err(_) => None,
     };
     let in_flight = permit.as_ref().map_or(0, |p| p.in_flight);
-    let ticker = progress_ticker(&app, &name, &params);
-    let call = run_tool(&app, &session, &name, &args, cancel.clone(), gate_open);
-    let outcome = std::panic::AssertUnwindSafe(call).catch_unwind().await.unwrap_or_else(|panic| {
+    let ticker = progress_ticker(&app, &name, meta.as_ref());
+    let run = run_tool(&app, &session, &name, &args, cancel.clone(), gate_open);
+    let outcome = std::panic::AssertUnwindSafe(run).catch_unwind().await.unwrap_or_else(|panic| {
         Err(VerbError::Internal(format!("{name} panicked: {}", verbs::panic_message(&panic))).to_json())
     });
     if let Some(t) = ticker {
@@ -423,45 +443,45 @@ async fn call_tool(
     }
     session.borrow_mut().running.remove(&key);
 
-    let mut fields = json!({
-        "tool": name,
-        "id": id,
-        "args": args,
-        "outcome": if outcome.is_ok() { "ok" } else { "error" },
-        "ms": millis(started),
-        "inFlight": in_flight,
-    });
-    if let Err(e) = &outcome {
-        fields["error"] = e["code"].clone();
-    }
-    if let Some(meta) = params.get("_meta").and_then(Value::as_object) {
-        for key in mcp::TRACE_KEYS {
-            if let Some(v) = meta.get(*key) {
-                fields[*key] = v.clone();
-            }
-        }
-    }
-    if was_cancelled {
-        fields["cancelled"] = json!(true);
-    }
+    let trace = |key: &str| meta.as_ref().and_then(|m| m.get(key));
+    let fields = ActionFields {
+        tool: &name,
+        id: &id,
+        args: &args,
+        outcome: if outcome.is_ok() { "ok" } else { "error" },
+        ms: millis(started),
+        in_flight,
+        error: outcome.as_ref().err().and_then(|e| e.get("code")),
+        traceparent: trace("traceparent"),
+        tracestate: trace("tracestate"),
+        baggage: trace("baggage"),
+        cancelled: was_cancelled,
+    };
     let secrets = app.ctx.secrets.get();
-    secrets.redact_value(&mut fields);
     if let Some(log) = &app.ctx.log {
-        log.do_send(Event::new("action", fields));
+        let event = if secrets.redactor.is_empty() {
+            Event::serialized("action", &fields)
+        } else {
+            let mut fields = serde_json::to_value(&fields).unwrap_or_default();
+            secrets.redact_value(&mut fields);
+            Event::new("action", fields)
+        };
+        log.do_send(event);
     }
     // A cancelled request gets no answer (MCP: the receiver should not respond).
     if was_cancelled {
         return None;
     }
     let line = match outcome {
-        Ok(ToolOutput { mut value, extra, .. }) => {
-            secrets.redact_value(&mut value);
+        Ok(ToolOutput { value, extra, .. }) => {
+            let value = secrets.redact_json(value);
             let extra = extra.map(|t| secrets.redactor.redact(&t));
             mcp::tool_result_line(&id, &value, false, &app.run_id, extra.as_deref())
         }
         Err(mut error) => {
             secrets.redact_value(&mut error);
-            mcp::tool_result_line(&id, &json!({ "error": error }), true, &app.run_id, None)
+            let value = serde_json::value::to_raw_value(&json!({ "error": error })).ok()?;
+            mcp::tool_result_line(&id, &value, true, &app.run_id, None)
         }
     };
     Some(line)
@@ -471,7 +491,7 @@ async fn run_tool(
     app: &App,
     session: &RefCell<Session>,
     name: &str,
-    args: &Value,
+    args: &RawValue,
     cancel: CancelToken,
     gate_open: bool,
 ) -> Result<ToolOutput, Value> {
@@ -486,7 +506,7 @@ async fn run_tool(
                 }
                 s.run.clone()
             };
-            run::next_context(app, state).await.map(ToolOutput::value).map_err(|e| e.to_json())
+            run::next_context(app, state).await.map(|v| ToolOutput::value(&v)).map_err(|e| e.to_json())
         }
         surface::FINISH => {
             let state = {
@@ -494,7 +514,7 @@ async fn run_tool(
                 s.run.finished = true;
                 s.run.clone()
             };
-            run::finish(app, args, state).await.map(ToolOutput::value).map_err(|e| e.to_json())
+            run::finish(app, args, state).await.map(|v| ToolOutput::value(&v)).map_err(|e| e.to_json())
         }
         surface::RUN_CODE => {
             if !gate_open {
@@ -513,20 +533,19 @@ async fn run_tool(
             run::run_code(app, code, budget, body, cancel).await
         }
         verb => {
-            let mut ctx = app.ctx.clone();
-            ctx.cancel = cancel;
-            verbs::call(ctx, verb, args).await.map(ToolOutput::value).map_err(|e| e.to_json())
+            let ctx = app.ctx.with_cancel(cancel);
+            verbs::call(ctx, verb, args).await.map(ToolOutput::json).map_err(|e| e.to_json())
         }
     }
 }
 
 /// While a run_shell or run_code call whose `_meta` has a progressToken runs, sends
 /// `notifications/progress` every [`PROGRESS_EVERY`] with the elapsed seconds.
-fn progress_ticker(app: &App, tool: &str, params: &Value) -> Option<tokio::task::JoinHandle<()>> {
+fn progress_ticker(app: &App, tool: &str, meta: Option<&Map<String, Value>>) -> Option<tokio::task::JoinHandle<()>> {
     if tool != RUN_SHELL && tool != surface::RUN_CODE {
         return None;
     }
-    let token = params.get("_meta")?.get("progressToken")?.clone();
+    let token = meta?.get("progressToken")?.clone();
     let out = app.out.clone();
     let started = Instant::now();
     Some(actix::spawn(async move {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, Criterion};
 use futures::future::BoxFuture;
 use gm_actors::js_engine::{CancelToken, JsEngine, JsHost, Run};
-use serde_json::Value;
+use serde_json::value::RawValue;
 
 struct NoHost;
 
@@ -21,7 +21,7 @@ impl JsHost for NoHost {
     fn describe(&self) -> String {
         "[]".into()
     }
-    fn call(&self, _: String, args: Value) -> BoxFuture<'static, Result<Value, Value>> {
+    fn call(&self, _: String, args: Box<RawValue>) -> BoxFuture<'static, Result<Box<RawValue>, Box<RawValue>>> {
         Box::pin(async move { Ok(args) })
     }
     fn base_dir(&self) -> PathBuf {

@@ -18,6 +18,7 @@ use futures::future::BoxFuture;
 use rquickjs::function::Async;
 use rquickjs::loader::{Loader, Resolver};
 use rquickjs::{async_with, AsyncContext, AsyncRuntime, Ctx, Function, Module, Promise, Value};
+use serde_json::value::RawValue;
 use serde_json::{json, Value as Json};
 
 pub use crate::cancel::CancelToken;
@@ -34,8 +35,10 @@ pub trait JsHost: Send + Sync + 'static {
     fn names(&self) -> Vec<String>;
     /// What `gm.verbs()` returns, as JSON text. Called only when a body asks.
     fn describe(&self) -> String;
-    /// Runs `name` with `args`; an `Err` is a structured error object (`code`, `message`, ...).
-    fn call(&self, name: String, args: Json) -> BoxFuture<'static, Result<Json, Json>>;
+    /// Runs `name` with `args` (JSON text, as the body's JSON.stringify wrote it); an `Err` is
+    /// a structured error object (`code`, `message`, ...). JSON text both ways: the body
+    /// parses the reply itself, so no JSON value is built in between.
+    fn call(&self, name: String, args: Box<RawValue>) -> BoxFuture<'static, Result<Box<RawValue>, Box<RawValue>>>;
     /// The directory relative `require()`/`import()` specifiers start from.
     fn base_dir(&self) -> PathBuf;
 }
@@ -403,17 +406,18 @@ fn install_globals<'js>(ctx: &Ctx<'js>, slot: Arc<RunSlot>) -> rquickjs::Result<
             Async(move |name: String, args: String| {
                 let host = caller.host();
                 async move {
-                    let args: Json = serde_json::from_str(&args).unwrap_or(Json::Null);
-                    let reply = match host {
+                    // JSON.stringify(undefined) is no JSON text: such arguments read as null.
+                    let args = RawValue::from_string(args).unwrap_or_else(|_| null_json());
+                    match host {
                         Some(host) => match host.call(name, args).await {
-                            Ok(value) => json!({ "ok": true, "value": value }),
-                            Err(error) => json!({ "ok": false, "error": error }),
+                            Ok(value) => format!(r#"{{"ok":true,"value":{}}}"#, value.get()),
+                            Err(error) => format!(r#"{{"ok":false,"error":{}}}"#, error.get()),
                         },
                         None => {
                             json!({ "ok": false, "error": { "code": "internal", "message": "no host for this body" } })
+                                .to_string()
                         }
-                    };
-                    reply.to_string()
+                    }
                 }
             }),
         )?,
@@ -546,6 +550,11 @@ fn normalize(path: &Path) -> PathBuf {
     out
 }
 
+/// JSON `null` as raw text.
+pub fn null_json() -> Box<RawValue> {
+    RawValue::from_string("null".to_owned()).unwrap_or_else(|_| unreachable!("null is JSON"))
+}
+
 fn to_json<'js>(ctx: &Ctx<'js>, v: Value<'js>) -> Result<Json, JsError> {
     match ctx.json_stringify(v) {
         Ok(Some(s)) => {
@@ -626,11 +635,12 @@ mod tests {
         fn describe(&self) -> String {
             json!([{ "name": "echo" }, { "name": "fail" }]).to_string()
         }
-        fn call(&self, name: String, args: Json) -> BoxFuture<'static, Result<Json, Json>> {
+        fn call(&self, name: String, args: Box<RawValue>) -> BoxFuture<'static, Result<Box<RawValue>, Box<RawValue>>> {
             Box::pin(async move {
                 match name.as_str() {
                     "echo" => Ok(args),
-                    _ => Err(json!({ "code": "boom", "message": "it failed" })),
+                    _ => Err(serde_json::value::to_raw_value(&json!({ "code": "boom", "message": "it failed" }))
+                        .expect("an object serializes")),
                 }
             })
         }

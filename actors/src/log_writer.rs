@@ -90,15 +90,27 @@ impl LogWriter {
         write_json_str(&mut self.buf, &self.run);
         self.buf.extend_from_slice(b",\"kind\":");
         write_json_str(&mut self.buf, &event.kind);
-        for (k, v) in &event.fields {
-            if matches!(k.as_str(), "seq" | "ts" | "run" | "kind") {
-                continue;
+        match &event.fields {
+            Fields::Map(fields) => {
+                for (k, v) in fields {
+                    if matches!(k.as_str(), "seq" | "ts" | "run" | "kind") {
+                        continue;
+                    }
+                    self.buf.push(b',');
+                    write_json_str(&mut self.buf, k);
+                    self.buf.push(b':');
+                    // Writing a Value into a Vec cannot fail.
+                    let _ = serde_json::to_writer(&mut self.buf, v);
+                }
             }
-            self.buf.push(b',');
-            write_json_str(&mut self.buf, k);
-            self.buf.push(b':');
-            // Writing a Value into a Vec cannot fail.
-            let _ = serde_json::to_writer(&mut self.buf, v);
+            Fields::Text(text) => {
+                let text = text.trim();
+                let members = text.strip_prefix('{').and_then(|t| t.strip_suffix('}')).unwrap_or_default().trim();
+                if !members.is_empty() {
+                    self.buf.push(b',');
+                    self.buf.extend_from_slice(members.as_bytes());
+                }
+            }
         }
         self.buf.extend_from_slice(b"}\n");
         self.seq
@@ -310,12 +322,21 @@ fn with_second(
     })
 }
 
-/// One log event: its kind and its own fields (an object).
+/// One log event: its kind and its own fields.
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "u64")]
 pub struct Event {
     pub kind: String,
-    pub fields: Map<String, Value>,
+    pub fields: Fields,
+}
+
+/// An event's own fields: a JSON object, or (on hot paths) already serialized.
+#[derive(Debug, Clone)]
+pub enum Fields {
+    Map(Map<String, Value>),
+    /// The text of a JSON object, written as it is. It must not use the line's own keys
+    /// (`seq`, `ts`, `run`, `kind`): [`Event::serialized`] is for gm's own fixed shapes.
+    Text(String),
 }
 
 impl Event {
@@ -329,7 +350,16 @@ impl Event {
                 map
             }
         };
-        Self { kind: kind.to_owned(), fields }
+        Self { kind: kind.to_owned(), fields: Fields::Map(fields) }
+    }
+
+    /// An event whose fields are a struct, serialized here without building a JSON value.
+    /// Falls back to [`Event::new`]'s shape if `fields` is not an object.
+    pub fn serialized<T: serde::Serialize>(kind: &str, fields: &T) -> Self {
+        match serde_json::to_string(fields) {
+            Ok(text) if text.starts_with('{') => Self { kind: kind.to_owned(), fields: Fields::Text(text) },
+            _ => Self::new(kind, serde_json::to_value(fields).unwrap_or_default()),
+        }
     }
 }
 
@@ -592,5 +622,33 @@ mod tests {
         assert_eq!(v["seq"], 1);
         assert_eq!(v["run"], "run-x");
         assert_eq!(v["ok"], true);
+    }
+
+    #[test]
+    fn serialized_fields_are_written_as_the_same_line_a_value_gives() {
+        #[derive(serde::Serialize)]
+        struct Fields<'a> {
+            tool: &'a str,
+            nested: Value,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            error: Option<u8>,
+        }
+        #[derive(serde::Serialize)]
+        struct Nothing {}
+        let path = temp_log("serialized");
+        let (mut w, _) = LogWriter::open(&path, "run-s").expect("open");
+        let fields = Fields { tool: "a \"q\"", nested: json!({ "x": { "y": [1, {}] } }), error: None };
+        w.append(Event::serialized("action", &fields));
+        w.append(Event::serialized("empty", &Nothing {}));
+        w.append(Event::serialized("scalar", &7));
+        w.commit().expect("commit");
+        let text = std::fs::read_to_string(&path).expect("read");
+        let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).expect("each line is JSON")).collect();
+        assert_eq!(lines.len(), 3);
+        assert_eq!(lines[0]["tool"], "a \"q\"");
+        assert_eq!(lines[0]["nested"], json!({ "x": { "y": [1, {}] } }));
+        assert!(lines[0].get("error").is_none());
+        assert_eq!((lines[1]["kind"].as_str(), lines[1]["seq"].as_u64()), (Some("empty"), Some(2)));
+        assert_eq!(lines[2]["value"], 7, "a non-object is kept under value, as Event::new does");
     }
 }

@@ -1,6 +1,12 @@
 //! MCP constants and result shapes.
 
-use serde_json::{json, Value};
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{json, Map, Value};
+
+use super::jsonrpc::RpcError;
 
 /// Versions gm speaks, newest first. `initialize` echoes one of these and answers any other
 /// with the first.
@@ -31,17 +37,93 @@ pub fn server_info() -> Value {
     json!({ "name": "gm", "title": "gm", "version": env!("CARGO_PKG_VERSION") })
 }
 
-/// The whole JSON-RPC reply line for a tools/call result: the value as compact JSON text,
-/// plus structured content when it is an object, written straight to bytes: the value
-/// is serialized once and used twice (escaped as the text block, raw as the structured
-/// content), with no intermediate JSON values. This is on every call's path.
-pub fn tool_result_line(id: &Value, value: &Value, is_error: bool, run: &str, extra_text: Option<&str>) -> String {
-    let json = serde_json::to_string(value).unwrap_or_default();
+/// One tools/call request: what the server needs of it.
+#[derive(Debug)]
+pub struct ToolCall {
+    pub id: Value,
+    pub name: String,
+    /// The arguments object as its JSON text (`{}` when absent or null).
+    pub args: Box<RawValue>,
+    pub meta: Option<Map<String, Value>>,
+}
+
+/// The shape of a well-formed tools/call line, read without building JSON values.
+#[derive(Deserialize)]
+struct CallLine<'a> {
+    #[serde(borrow)]
+    jsonrpc: Cow<'a, str>,
+    id: Value,
+    #[serde(borrow)]
+    method: Cow<'a, str>,
+    #[serde(borrow)]
+    params: CallParams<'a>,
+}
+
+#[derive(Deserialize)]
+struct CallParams<'a> {
+    name: String,
+    #[serde(default, borrow)]
+    arguments: Option<&'a RawValue>,
+    #[serde(default, rename = "_meta")]
+    meta: Option<Map<String, Value>>,
+}
+
+/// Reads a line that is a well-formed tools/call request. Anything else (another method, a
+/// notification, a malformed or unusual request) is `None` and goes the general way, which
+/// also gives every error its exact JSON-RPC answer.
+pub fn parse_tool_call(line: &str) -> Option<ToolCall> {
+    let call: CallLine = serde_json::from_str(line).ok()?;
+    let id_ok = call.id.is_string() || call.id.is_i64() || call.id.is_u64();
+    if call.jsonrpc != "2.0" || call.method != "tools/call" || !id_ok {
+        return None;
+    }
+    let args = args_json(call.params.arguments)?;
+    Some(ToolCall { id: call.id, name: call.params.name, args, meta: call.params.meta })
+}
+
+impl ToolCall {
+    /// A tools/call whose params were read as a JSON value (batches, and lines the fast path
+    /// left to the general one).
+    pub fn from_params(id: Value, params: &Value) -> Result<ToolCall, RpcError> {
+        let name = params
+            .get("name")
+            .and_then(Value::as_str)
+            .ok_or_else(|| RpcError::invalid_params("tools/call needs params.name, a string"))?;
+        let args = match params.get("arguments") {
+            None | Some(Value::Null) => empty_args(),
+            Some(a @ Value::Object(_)) => serde_json::value::to_raw_value(a).ok(),
+            Some(_) => None,
+        }
+        .ok_or_else(|| RpcError::invalid_params("arguments must be an object"))?;
+        let meta = params.get("_meta").and_then(Value::as_object).cloned();
+        Ok(ToolCall { id, name: name.to_owned(), args, meta })
+    }
+}
+
+/// The arguments' text if they are an object, `{}` if absent or null, `None` otherwise.
+fn args_json(raw: Option<&RawValue>) -> Option<Box<RawValue>> {
+    match raw.map(|r| r.get().trim()) {
+        None | Some("null") => empty_args(),
+        Some(text) if text.starts_with('{') => RawValue::from_string(text.to_owned()).ok(),
+        Some(_) => None,
+    }
+}
+
+fn empty_args() -> Option<Box<RawValue>> {
+    RawValue::from_string("{}".to_owned()).ok()
+}
+
+/// The whole JSON-RPC reply line for a tools/call result: the value's JSON text as the text
+/// block, plus structured content when it is an object, written straight to bytes: the text
+/// is used twice (escaped as the text block, raw as the structured content), with no
+/// intermediate JSON values. This is on every call's path.
+pub fn tool_result_line(id: &Value, value: &RawValue, is_error: bool, run: &str, extra_text: Option<&str>) -> String {
+    let json = value.get().trim();
     let mut out = String::with_capacity(json.len() * 2 + 160);
     out.push_str(r#"{"jsonrpc":"2.0","id":"#);
     out.push_str(&id.to_string());
     out.push_str(r#","result":{"content":[{"type":"text","text":"#);
-    push_json_str(&mut out, &json);
+    push_json_str(&mut out, json);
     out.push('}');
     if let Some(extra) = extra_text {
         out.push_str(r#",{"type":"text","text":"#);
@@ -55,9 +137,9 @@ pub fn tool_result_line(id: &Value, value: &Value, is_error: bool, run: &str, ex
     out.push_str(r#"":"#);
     push_json_str(&mut out, run);
     out.push('}');
-    if value.is_object() {
+    if json.starts_with('{') {
         out.push_str(r#","structuredContent":"#);
-        out.push_str(&json);
+        out.push_str(json);
     }
     out.push_str("}}");
     out
@@ -95,7 +177,8 @@ mod tests {
             (json!("text"), false, None),
         ] {
             for id in [json!(0), json!(-7), json!("req-1")] {
-                let line = tool_result_line(&id, &value, is_error, "run-1", extra);
+                let raw = serde_json::value::to_raw_value(&value).expect("serializes");
+                let line = tool_result_line(&id, &raw, is_error, "run-1", extra);
                 let parsed: Value = serde_json::from_str(&line).expect("valid JSON");
                 let expected = json!({
                     "jsonrpc": "2.0",
@@ -104,6 +187,45 @@ mod tests {
                 });
                 assert_eq!(parsed, expected);
             }
+        }
+    }
+
+    #[test]
+    fn a_well_formed_tools_call_is_read_directly_and_anything_else_goes_the_general_way() {
+        let call = parse_tool_call(
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"stat_file","arguments":{"path":"a\"b"},"_meta":{"traceparent":"t"}}}"#,
+        )
+        .expect("fast path");
+        assert_eq!((call.id, call.name.as_str()), (json!(7), "stat_file"));
+        assert_eq!(serde_json::from_str::<Value>(call.args.get()).expect("json"), json!({ "path": "a\"b" }));
+        assert_eq!(call.meta.expect("meta")["traceparent"], "t");
+        for absent in [r#""arguments":null,"#, ""] {
+            let line = format!(r#"{{"jsonrpc":"2.0","id":"x","method":"tools/call","params":{{{absent}"name":"n"}}}}"#);
+            assert_eq!(parse_tool_call(&line).expect("no arguments").args.get(), "{}");
+        }
+        for general in [
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}"#,
+            r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"n"}}"#,
+            r#"{"jsonrpc":"1.0","id":1,"method":"tools/call","params":{"name":"n"}}"#,
+            r#"{"jsonrpc":"2.0","id":1.5,"method":"tools/call","params":{"name":"n"}}"#,
+            r#"{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"n"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"n","arguments":[1]}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":5}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","name":"b"}}"#,
+            r#"[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"n"}}]"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call""#,
+        ] {
+            assert!(parse_tool_call(general).is_none(), "{general}");
+        }
+    }
+
+    #[test]
+    fn general_params_make_the_same_call_or_the_params_error() {
+        let call = ToolCall::from_params(json!(1), &json!({ "name": "x", "arguments": { "a": [1] } })).expect("call");
+        assert_eq!(call.args.get(), r#"{"a":[1]}"#);
+        for bad in [json!({ "arguments": {} }), json!({ "name": "x", "arguments": "no" })] {
+            let err = ToolCall::from_params(json!(1), &bad).expect_err("invalid params");
+            assert_eq!(err.code, crate::protocol::jsonrpc::INVALID_PARAMS);
         }
     }
 

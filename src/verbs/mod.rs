@@ -31,6 +31,8 @@ use crate::search::index::SearchIndex;
 use gm_actors::log_writer::LogWriter;
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 pub use error::VerbError;
@@ -49,7 +51,11 @@ pub enum Effect {
     Shell,
 }
 
-pub type VerbFuture = BoxFuture<'static, Result<Value, VerbError>>;
+/// A verb's result as JSON text: verbs serialize their reply structs straight to text, which
+/// every surface passes on as it is (no JSON value is built on a call's path).
+pub type Json = Box<RawValue>;
+
+pub type VerbFuture = BoxFuture<'static, Result<Json, VerbError>>;
 
 pub struct Verb {
     pub name: &'static str,
@@ -57,12 +63,21 @@ pub struct Verb {
     pub description: &'static str,
     pub effect: Effect,
     pub schema: fn() -> Value,
-    pub run: fn(Ctx, &Value) -> VerbFuture,
+    pub run: fn(Ctx, &RawValue) -> VerbFuture,
 }
 
-/// What a verb may use. Cheap to clone; `Send`, so verbs run on any arbiter.
+/// What a verb may use: the server's shared handles plus this call's cancel token. Cloned
+/// per call, so the handles sit behind one `Arc` (cloning each actor address would allocate).
+/// `Send`, so verbs run on any arbiter.
 #[derive(Clone)]
 pub struct Ctx {
+    shared: Arc<Shared>,
+    /// Tripped when the call this verb serves is cancelled.
+    pub cancel: CancelToken,
+}
+
+/// The handles every call shares; fixed for the life of the server.
+pub struct Shared {
     pub workspace: Arc<Path>,
     /// `<workspace>/.gm`: the log, spilled outputs, jobs.
     pub state_dir: Arc<Path>,
@@ -74,22 +89,55 @@ pub struct Ctx {
     pub search: Addr<SearchIndex>,
     pub calls: Addr<CallIndex>,
     pub secrets: Arc<SecretsFile>,
-    /// Tripped when the call this verb serves is cancelled.
-    pub cancel: CancelToken,
+}
+
+impl std::ops::Deref for Ctx {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        &self.shared
+    }
 }
 
 impl Ctx {
+    pub fn new(shared: Shared) -> Self {
+        Self { shared: Arc::new(shared), cancel: CancelToken::default() }
+    }
+
+    /// The same handles for a call with its own cancel token.
+    pub fn with_cancel(&self, cancel: CancelToken) -> Self {
+        Self { shared: self.shared.clone(), cancel }
+    }
+
     pub fn log_path(&self) -> PathBuf {
         self.state_dir.join("log.jsonl")
     }
 }
 
-/// Parses a verb's arguments; `null` (no arguments) reads as `{}`. Borrowed, so that the call's
-/// log event can keep the arguments without a copy.
-pub fn parse_args<A: DeserializeOwned>(args: &Value) -> Result<A, VerbError> {
-    let empty = Value::Object(Default::default());
-    let args = if args.is_null() { &empty } else { args };
-    A::deserialize(args).map_err(|e| VerbError::InvalidArgs(e.to_string()))
+/// Parses a verb's arguments from their JSON text; `null` (no arguments) reads as `{}`.
+pub fn parse_args<A: DeserializeOwned>(args: &RawValue) -> Result<A, VerbError> {
+    let text = args.get().trim();
+    let text = if text == "null" { "{}" } else { text };
+    serde_json::from_str(text).map_err(|e| VerbError::InvalidArgs(without_position(e)))
+}
+
+/// A parse error's message without serde_json's "at line 1 column 12": arguments are one
+/// object, and the message names the field.
+fn without_position(e: serde_json::Error) -> String {
+    let message = e.to_string();
+    match message.rfind(" at line ") {
+        Some(at) if e.line() > 0 => message[..at].to_owned(),
+        _ => message,
+    }
+}
+
+/// Serializes a verb's reply (or any value) as JSON text.
+pub fn to_json<T: Serialize + ?Sized>(value: &T) -> Result<Json, VerbError> {
+    serde_json::value::to_raw_value(value).map_err(|e| VerbError::Internal(e.to_string()))
+}
+
+/// JSON text as a value, for the few places that look inside a result.
+pub fn to_value(json: &RawValue) -> Value {
+    serde_json::from_str(json.get()).unwrap_or(Value::Null)
 }
 
 /// The JSON Schema (2020-12) of an argument type, as an MCP tool input schema.
@@ -116,7 +164,7 @@ macro_rules! verb {
                 let parsed: Result<$args, VerbError> = parse_args(args);
                 Box::pin(async move {
                     let out = $func(ctx, parsed?).await?;
-                    serde_json::to_value(out).map_err(|e| VerbError::Internal(e.to_string()))
+                    to_json(&out)
                 })
             },
         }
@@ -232,7 +280,7 @@ pub fn find(name: &str) -> Option<&'static Verb> {
 }
 
 /// Runs a verb by name, turning a panic inside it into that call's error.
-pub async fn call(ctx: Ctx, name: &str, args: &Value) -> Result<Value, VerbError> {
+pub async fn call(ctx: Ctx, name: &str, args: &RawValue) -> Result<Json, VerbError> {
     use futures::FutureExt;
     let verb = find(name).ok_or_else(|| VerbError::UnknownVerb(name.to_owned()))?;
     match std::panic::AssertUnwindSafe((verb.run)(ctx, args)).catch_unwind().await {
@@ -247,4 +295,36 @@ pub fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
         .map(|s| s.to_string())
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "unknown panic".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Args {
+        #[allow(dead_code)]
+        path: String,
+    }
+
+    fn raw(text: &str) -> Box<RawValue> {
+        RawValue::from_string(text.to_owned()).expect("JSON")
+    }
+
+    #[test]
+    fn argument_errors_name_the_problem_without_a_text_position() {
+        for (text, expected) in [
+            (r#"{}"#, "missing field `path`"),
+            (r#"{"path":1}"#, "invalid type: integer `1`, expected a string"),
+            (r#"{"path":"a","x":1}"#, "unknown field `x`, expected `path`"),
+            ("null", "missing field `path`"),
+        ] {
+            match parse_args::<Args>(&raw(text)) {
+                Err(VerbError::InvalidArgs(message)) => assert_eq!(message, expected, "{text}"),
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+        assert!(parse_args::<Args>(&raw(r#"{"path":"a"}"#)).is_ok());
+    }
 }
