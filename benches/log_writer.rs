@@ -14,6 +14,18 @@ fn event() -> Event {
     )
 }
 
+/// The action event as the server builds it: its fields serialized from a struct.
+#[derive(serde::Serialize)]
+struct Action<'a> {
+    tool: &'a str,
+    id: u64,
+    args: &'a serde_json::value::RawValue,
+    outcome: &'a str,
+    ms: f64,
+    #[serde(rename = "inFlight")]
+    in_flight: usize,
+}
+
 fn bench(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut group = c.benchmark_group("log_writer");
@@ -22,6 +34,17 @@ fn bench(c: &mut Criterion) {
     group.bench_function("append_buffered", |b| {
         b.iter(|| w.append(event()));
         // Keep the buffer from growing without bound between samples.
+        let _ = w.commit();
+    });
+    drop(w);
+
+    let args = serde_json::value::RawValue::from_string(r#"{"path":"src/main.rs"}"#.into()).expect("JSON");
+    let (mut w, _) = LogWriter::open(&dir.path().join("serialized.jsonl"), "bench").expect("open");
+    group.bench_function("append_serialized", |b| {
+        b.iter(|| {
+            let fields = Action { tool: "stat_file", id: 17, args: &args, outcome: "ok", ms: 0.042, in_flight: 1 };
+            w.append(Event::serialized("action", &fields))
+        });
         let _ = w.commit();
     });
     drop(w);

@@ -422,7 +422,7 @@ async fn call_tool(
     let started = Instant::now();
     let effect = verbs::find(&name).map_or(Effect::Read, |v| v.effect);
     let permit = match app.scheduler.send(Admit { exclusive: effect == Effect::Shell }).await {
-        Ok(rx) => rx.await.ok(),
+        Ok(admission) => admission.permit().await,
         Err(_) => None,
     };
     let in_flight = permit.as_ref().map_or(0, |p| p.in_flight);

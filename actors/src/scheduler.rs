@@ -22,9 +22,27 @@ struct Waiting {
 
 /// Ask for a slot. `exclusive` calls (a foreground shell) run with nothing beside them.
 #[derive(Debug, Message)]
-#[rtype(result = "oneshot::Receiver<Permit>")]
+#[rtype(result = "Admission")]
 pub struct Admit {
     pub exclusive: bool,
+}
+
+/// The answer to [`Admit`]: a slot now (the usual case, with no channel in between), or a
+/// receiver that gets one when the calls ahead are done.
+#[derive(Debug)]
+pub enum Admission {
+    Now(Permit),
+    Queued(oneshot::Receiver<Permit>),
+}
+
+impl Admission {
+    /// Waits for the slot; `None` if the scheduler went away first.
+    pub async fn permit(self) -> Option<Permit> {
+        match self {
+            Admission::Now(permit) => Some(permit),
+            Admission::Queued(rx) => rx.await.ok(),
+        }
+    }
 }
 
 #[derive(Debug, Message)]
@@ -75,12 +93,15 @@ impl Scheduler {
     }
 
     fn start(&mut self, exclusive: bool, reply: oneshot::Sender<Permit>, me: &Addr<Self>) {
-        self.running += 1;
-        self.exclusive_running = exclusive;
-        let permit = Permit { in_flight: self.running, exclusive, scheduler: me.clone() };
         // A caller that went away drops its receiver; the returned permit is dropped here,
         // which sends the Release that frees the slot again.
-        let _ = reply.send(permit);
+        let _ = reply.send(self.permit(exclusive, me));
+    }
+
+    fn permit(&mut self, exclusive: bool, me: &Addr<Self>) -> Permit {
+        self.running += 1;
+        self.exclusive_running = exclusive;
+        Permit { in_flight: self.running, exclusive, scheduler: me.clone() }
     }
 }
 
@@ -91,13 +112,12 @@ impl Actor for Scheduler {
 impl Handler<Admit> for Scheduler {
     type Result = MessageResult<Admit>;
     fn handle(&mut self, msg: Admit, ctx: &mut Context<Self>) -> Self::Result {
-        let (tx, rx) = oneshot::channel();
         if self.queue.is_empty() && self.can_start(msg.exclusive) {
-            self.start(msg.exclusive, tx, &ctx.address());
-        } else {
-            self.queue.push_back(Waiting { exclusive: msg.exclusive, reply: tx });
+            return MessageResult(Admission::Now(self.permit(msg.exclusive, &ctx.address())));
         }
-        MessageResult(rx)
+        let (tx, rx) = oneshot::channel();
+        self.queue.push_back(Waiting { exclusive: msg.exclusive, reply: tx });
+        MessageResult(Admission::Queued(rx))
     }
 }
 
@@ -117,8 +137,28 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    /// Asks for a slot; the receiver holds the permit at once when the call may start now.
     async fn admit(s: &Addr<Scheduler>, exclusive: bool) -> oneshot::Receiver<Permit> {
-        s.send(Admit { exclusive }).await.expect("scheduler alive")
+        match s.send(Admit { exclusive }).await.expect("scheduler alive") {
+            Admission::Queued(rx) => rx,
+            Admission::Now(permit) => {
+                let (tx, rx) = oneshot::channel();
+                tx.send(permit).expect("receiver held");
+                rx
+            }
+        }
+    }
+
+    #[actix_rt::test]
+    async fn a_call_with_a_free_slot_is_admitted_at_once_and_a_full_scheduler_queues_it() {
+        let s = Scheduler::new(1).start();
+        let first = s.send(Admit { exclusive: false }).await.expect("alive");
+        let Admission::Now(permit) = first else { panic!("a free slot admits at once: {first:?}") };
+        let second = s.send(Admit { exclusive: false }).await.expect("alive");
+        assert!(matches!(second, Admission::Queued(_)), "{second:?}");
+        drop(permit);
+        let permit = second.permit().await.expect("admitted once the first is done");
+        assert_eq!(permit.in_flight, 1);
     }
 
     #[actix_rt::test]
