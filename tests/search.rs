@@ -189,6 +189,28 @@ fn the_index_survives_a_restart_and_reindexes_only_what_changed_meanwhile() {
 }
 
 #[test]
+fn an_index_with_unreadable_files_is_rebuilt_instead_of_failing_searches() {
+    let (dir, mut gm) = repo();
+    gm.call_ok("search", json!({ "query": "needle" }));
+    gm.close_stdin();
+    gm.wait_exit(Duration::from_secs(5)).expect("gm exits");
+    let index = dir.path().join(".gm/index");
+    let mut damaged = 0;
+    for entry in std::fs::read_dir(&index).expect("index dir").flatten() {
+        if entry.path().extension().is_some_and(|x| x == "term") {
+            std::fs::write(entry.path(), b"not a term dictionary").expect("damage");
+            damaged += 1;
+        }
+    }
+    assert!(damaged > 0, "the index has term dictionaries");
+    let mut gm = Gm::start_in(dir.path(), &["--surface", "tools"], &[]);
+    gm.initialize("2025-11-25");
+    let r = gm.call_ok("search", json!({ "query": "needle" }));
+    assert!(paths(&r, "hits").iter().any(|p| p == "src/main.rs:3"), "{r}");
+    assert!(r["refreshed"]["indexed"].as_u64().is_some_and(|n| n >= 3), "rebuilt from scratch: {r}");
+}
+
+#[test]
 fn a_search_right_after_write_file_sees_the_new_text_and_a_rename_is_seen_after_a_rescan() {
     let (dir, mut gm) = repo();
     gm.call_ok("search", json!({ "query": "needle" }));

@@ -235,9 +235,21 @@ fn meta_stamp(dir: &Path) -> Option<(std::time::SystemTime, u64)> {
     Some((meta.modified().ok()?, meta.len()))
 }
 
+/// Whether an index on disk can be used as it is: this schema, and term dictionaries this build
+/// can read. The manifest's format number cannot tell what wrote the files (another build,
+/// a disk error); an index that fails here is rebuilt instead of failing every search.
+fn usable(index: &Index, schema: &Schema, text: Field) -> bool {
+    if index.schema() != *schema {
+        return false;
+    }
+    let Ok(reader) = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into() else { return false };
+    let reader: IndexReader = reader;
+    reader.searcher().segment_readers().iter().all(|segment| segment.inverted_index(text).is_ok())
+}
+
 impl LineIndex {
     /// Opens the index in `dir`, or builds an empty one (also when the one there is from an
-    /// older format or unreadable).
+    /// older format, from another schema, or unreadable).
     pub fn open(workspace: &Path, dir: &Path) -> Result<Self, IndexError> {
         let io = |source| IndexError::Io { path: dir.to_owned(), source };
         let manifest: Option<Manifest> = std::fs::read(dir.join("manifest.json"))
@@ -245,7 +257,10 @@ impl LineIndex {
             .and_then(|b| serde_json::from_slice(&b).ok())
             .filter(|m: &Manifest| m.format == FORMAT);
         let (schema, fields) = schema();
-        let existing = manifest.as_ref().and_then(|_| Index::open_in_dir(dir).ok());
+        let existing = manifest
+            .as_ref()
+            .and_then(|_| Index::open_in_dir(dir).ok())
+            .filter(|index| usable(index, &schema, fields.text));
         let (index, mut manifest) = match (existing, manifest) {
             (Some(index), Some(manifest)) => (index, manifest),
             _ => {
