@@ -480,7 +480,9 @@ async fn call_tool(
         }
         Err(mut error) => {
             secrets.redact_value(&mut error);
-            let value = serde_json::value::to_raw_value(&json!({ "error": error })).ok()?;
+            // A JSON value always serializes; the fallback keeps the reply coming regardless.
+            let value = serde_json::value::to_raw_value(&json!({ "error": error }))
+                .unwrap_or_else(|_| gm_actors::js_engine::null_json());
             mcp::tool_result_line(&id, &value, true, &app.run_id, None)
         }
     };
