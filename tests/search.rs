@@ -76,6 +76,33 @@ fn grep_covers_tracked_text_files_only_and_counts_binary_skips() {
 }
 
 #[test]
+fn grep_over_many_files_returns_the_first_matches_in_file_and_line_order_with_context() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    git(d, &["init", "-q"]);
+    // Uneven sizes, so that the threads finish files at different times.
+    for i in 0..300 {
+        let filler = "filler line\n".repeat(if i % 7 == 0 { 2000 } else { 3 });
+        write(d, &format!("f{i:03}.txt"), format!("before\nmark {i} a\n{filler}mark {i} b\nafter\n").as_bytes());
+    }
+    git(d, &["add", "."]);
+    git(d, &["commit", "-q", "-m", "many"]);
+    let mut gm = Gm::start_in(d, &["--surface", "tools"], &[]);
+    gm.initialize("2025-11-25");
+    let r = gm.call_ok("grep", json!({ "pattern": "mark", "limit": 101, "context": 1 }));
+    assert_eq!((r["total"].as_u64(), r["leftOut"].as_u64()), (Some(600), Some(499)), "{r}");
+    let matches = r["matches"].as_array().expect("matches");
+    let expected: Vec<String> = (0..51)
+        .flat_map(|i| [format!("f{i:03}.txt:2"), format!("f{i:03}.txt:{}", if i % 7 == 0 { 2003 } else { 6 })])
+        .take(101)
+        .collect();
+    assert_eq!(paths(&r, "matches"), expected);
+    assert_eq!(matches[0]["before"], json!(["before"]));
+    assert_eq!(matches[1]["after"], json!(["after"]));
+    assert_eq!(matches[0]["text"], "mark 0 a");
+}
+
+#[test]
 fn bad_grep_and_search_input_is_refused() {
     let (_dir, mut gm) = repo();
     let e = gm.call_err("grep", json!({ "pattern": "(", "mode": "regex" }));

@@ -3,6 +3,7 @@
 //! every core, and a cap on the matches returned that says how many were left out.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use grep_matcher::Matcher;
 use grep_regex::RegexMatcherBuilder;
@@ -86,37 +87,41 @@ pub fn grep(files: &[Tracked], q: &GrepQuery) -> Result<GrepResult, GrepError> {
         .filter(|f| q.glob.as_ref().is_none_or(|g| g.is_match(&f.rel)))
         .collect();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(selected.len().max(1));
-    let chunk = selected.len().div_ceil(threads).max(1);
-    let parts: Vec<PartResult> = std::thread::scope(|scope| {
-        let handles: Vec<_> = selected
-            .chunks(chunk)
-            .map(|files| {
-                let matcher = matcher.clone();
-                scope.spawn(move || search_files(files, &matcher, q))
+    // Threads take the next file as they finish one: contiguous halves left one thread alone
+    // with the larger half whenever the bytes were unevenly spread (on the kernel, most of them).
+    let next = AtomicUsize::new(0);
+    let mut parts: Vec<PartResult> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                let (matcher, next, selected) = (matcher.clone(), &next, &selected);
+                scope.spawn(move || search_files(selected, next, &matcher, q))
             })
             .collect();
         handles.into_iter().filter_map(|h| h.join().ok()).collect()
     });
     let mut out = GrepResult::default();
-    for part in parts {
+    let mut hits = Vec::new();
+    for part in &mut parts {
         out.total += part.total;
         out.files_searched += part.files;
         out.files_with_matches += part.files_with_matches;
         out.binary_skipped += part.binary;
         out.unreadable += part.unreadable;
-        for hit in part.hits {
-            if out.matches.len() < q.limit {
-                out.matches.push(hit);
-            }
-        }
+        hits.append(&mut part.hits);
     }
+    // File order, then line order: one thread searches a whole file, so a stable sort by file
+    // keeps each file's hits in line order. Each thread kept at most `limit` hits, from files
+    // it took in increasing order, so the first `limit` overall are all here.
+    hits.sort_by_key(|(file, _)| *file);
+    out.matches = hits.into_iter().take(q.limit).map(|(_, hit)| hit).collect();
     out.left_out = out.total - out.matches.len() as u64;
     Ok(out)
 }
 
 #[derive(Default)]
 struct PartResult {
-    hits: Vec<Hit>,
+    /// Hits with the index of their file in the selection.
+    hits: Vec<(usize, Hit)>,
     total: u64,
     files: u64,
     files_with_matches: u64,
@@ -124,7 +129,7 @@ struct PartResult {
     unreadable: u64,
 }
 
-fn search_files<M: Matcher + Clone>(files: &[&Tracked], matcher: &M, q: &GrepQuery) -> PartResult {
+fn search_files<M: Matcher + Clone>(files: &[&Tracked], next: &AtomicUsize, matcher: &M, q: &GrepQuery) -> PartResult {
     let mut searcher: Searcher = SearcherBuilder::new()
         .binary_detection(BinaryDetection::quit(b'\x00'))
         .line_number(true)
@@ -132,8 +137,12 @@ fn search_files<M: Matcher + Clone>(files: &[&Tracked], matcher: &M, q: &GrepQue
         .after_context(q.context)
         .build();
     let mut part = PartResult::default();
-    for file in files {
+    while let Some((index, file)) = {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        files.get(i).map(|f| (i, f))
+    } {
         let mut sink = Collect {
+            index,
             rel: &file.rel,
             keep: q.limit,
             hits: &mut part.hits,
@@ -159,10 +168,12 @@ fn search_files<M: Matcher + Clone>(files: &[&Tracked], matcher: &M, q: &GrepQue
 }
 
 struct Collect<'a> {
+    /// The file's index in the selection.
+    index: usize,
     rel: &'a str,
     /// Hits kept by this thread at most (the limit overall).
     keep: usize,
-    hits: &'a mut Vec<Hit>,
+    hits: &'a mut Vec<(usize, Hit)>,
     pending: Vec<String>,
     count: u64,
     binary: bool,
@@ -179,13 +190,14 @@ impl Sink for Collect<'_> {
     fn matched(&mut self, _: &Searcher, mat: &SinkMatch<'_>) -> Result<bool, Self::Error> {
         self.count += 1;
         if self.hits.len() < self.keep {
-            self.hits.push(Hit {
+            let hit = Hit {
                 path: self.rel.to_owned(),
                 line: mat.line_number().unwrap_or(0),
                 text: line_text(mat.bytes()),
                 before: std::mem::take(&mut self.pending),
                 after: Vec::new(),
-            });
+            };
+            self.hits.push((self.index, hit));
         } else {
             self.pending.clear();
         }
@@ -196,7 +208,7 @@ impl Sink for Collect<'_> {
         match ctx.kind() {
             SinkContextKind::Before => self.pending.push(line_text(ctx.bytes())),
             SinkContextKind::After => {
-                if let Some(last) = self.hits.last_mut().filter(|h| h.path == self.rel) {
+                if let Some((_, last)) = self.hits.last_mut().filter(|(file, _)| *file == self.index) {
                     last.after.push(line_text(ctx.bytes()));
                 }
             }
