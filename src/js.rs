@@ -7,11 +7,10 @@ use std::time::Instant;
 
 use futures::future::BoxFuture;
 use gm_actors::js_engine::{null_json, JsHost};
-use gm_actors::log_writer::Event;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
-use crate::verbs::{self, Ctx, Json, VerbError};
+use crate::verbs::{self, Ctx, Json};
 
 /// The fields of a `code-call` event, written to the log without building a JSON value.
 #[derive(serde::Serialize)]
@@ -60,9 +59,8 @@ impl JsHost for Host {
         let body = self.body;
         Box::pin(async move {
             let started = Instant::now();
-            let result = verbs::call(ctx.clone(), &name, &args).await;
+            let result = verbs::call(ctx.clone(), &name, &args).await.map_err(|e| e.to_json());
             let secrets = ctx.secrets.get();
-            let error = result.as_ref().err().map(VerbError::to_json);
             if let Some(log) = &ctx.log {
                 let fields = CodeCallFields {
                     verb: &name,
@@ -70,24 +68,16 @@ impl JsHost for Host {
                     outcome: if result.is_ok() { "ok" } else { "error" },
                     ms: millis(started),
                     body,
-                    error: error.as_ref().and_then(|e| e.get("code")),
+                    error: result.as_ref().err().and_then(|e| e.get("code")),
                 };
-                let event = if secrets.redactor.is_empty() {
-                    Event::serialized("code-call", &fields)
-                } else {
-                    let mut fields = serde_json::to_value(&fields).unwrap_or_default();
-                    secrets.redact_value(&mut fields);
-                    Event::new("code-call", fields)
-                };
-                log.do_send(event);
+                log.do_send(secrets.log_event("code-call", &fields));
             }
-            match (result, error) {
-                (Ok(value), _) => Ok(secrets.redact_json(value)),
-                (Err(_), Some(mut error)) => {
+            match result {
+                Ok(value) => Ok(secrets.redact_json(value)),
+                Err(mut error) => {
                     secrets.redact_value(&mut error);
                     Err(serde_json::value::to_raw_value(&error).unwrap_or_else(|_| null_json()))
                 }
-                (Err(e), None) => Err(serde_json::value::to_raw_value(&e.to_json()).unwrap_or_else(|_| null_json())),
             }
         })
     }

@@ -10,6 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use gm_actors::capture::Redactor;
+use gm_actors::log_writer::Event;
+use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
@@ -61,6 +63,17 @@ impl Secrets {
         let Ok(mut v) = serde_json::from_str::<Value>(json.get()) else { return json };
         self.redact_value(&mut v);
         serde_json::value::to_raw_value(&v).unwrap_or(json)
+    }
+
+    /// A log event from fields serialized from a struct, with secret values replaced. With no
+    /// secrets the struct goes to the log as text without becoming a JSON value.
+    pub fn log_event<T: Serialize>(&self, kind: &str, fields: &T) -> Event {
+        if self.redactor.is_empty() {
+            return Event::serialized(kind, fields);
+        }
+        let mut fields = serde_json::to_value(fields).unwrap_or_default();
+        self.redact_value(&mut fields);
+        Event::new(kind, fields)
     }
 
     /// Replaces secret values in every string of `v`.

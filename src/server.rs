@@ -459,14 +459,7 @@ async fn call_tool(
     };
     let secrets = app.ctx.secrets.get();
     if let Some(log) = &app.ctx.log {
-        let event = if secrets.redactor.is_empty() {
-            Event::serialized("action", &fields)
-        } else {
-            let mut fields = serde_json::to_value(&fields).unwrap_or_default();
-            secrets.redact_value(&mut fields);
-            Event::new("action", fields)
-        };
-        log.do_send(event);
+        log.do_send(secrets.log_event("action", &fields));
     }
     // A cancelled request gets no answer (MCP: the receiver should not respond).
     if was_cancelled {

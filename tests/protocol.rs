@@ -330,3 +330,37 @@ fn stdout_carries_only_protocol_lines() {
         assert_eq!(v["jsonrpc"], "2.0", "{v}");
     }
 }
+
+#[test]
+fn verb_arguments_travel_as_sent_and_bad_ones_are_a_structured_error_logged_with_them() {
+    let mut gm = Gm::start(&["--surface", "tools"]);
+    gm.initialize("2025-11-25");
+    // A string id, escapes and non-ASCII in the arguments: the reply and the log keep them.
+    let path = "dir \"q\"/ü\\n.txt";
+    gm.send_raw(
+        format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":\"s-1\",\"method\":\"tools/call\",\"params\":{{\"name\":\"stat_file\",\"arguments\":{}}}}}\n",
+            json!({ "path": path })
+        )
+        .as_bytes(),
+    );
+    let reply = gm.recv_id(&json!("s-1"));
+    assert_eq!(reply["result"]["isError"], false, "{reply}");
+    assert_eq!(reply["result"]["structuredContent"]["exists"], false);
+    assert!(reply["result"]["structuredContent"]["path"].as_str().unwrap_or("").ends_with(path), "{reply}");
+    // null arguments read as none; a wrong type is invalid_args naming the problem.
+    let r = gm.ok("tools/call", json!({ "name": "stat_file", "arguments": null }));
+    assert_eq!(r["structuredContent"]["error"]["code"], "invalid_args", "{r}");
+    let err = gm.call_err("stat_file", json!({ "path": 5 }));
+    assert_eq!(err["code"], "invalid_args");
+    let message = err["message"].as_str().unwrap_or("");
+    assert!(message.contains("invalid type") && !message.contains("line 1"), "{message}");
+    assert_eq!(gm.ok("ping", json!({})), json!({}));
+    gm.close_stdin();
+    gm.wait_exit(Duration::from_secs(5)).expect("gm exits");
+    let actions = gm.events_of("action");
+    assert_eq!(actions.len(), 3, "{actions:?}");
+    assert_eq!((&actions[0]["id"], &actions[0]["args"]["path"]), (&json!("s-1"), &json!(path)));
+    assert_eq!(actions[0]["outcome"], "ok");
+    assert_eq!((&actions[2]["args"], &actions[2]["error"]), (&json!({ "path": 5 }), &json!("invalid_args")));
+}

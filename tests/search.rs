@@ -25,6 +25,19 @@ fn write(dir: &Path, rel: &str, text: &[u8]) {
     std::fs::write(p, text).expect("write");
 }
 
+/// A repository whose files `fill` writes, all committed, with gm serving the tools surface.
+fn committed_repo(fill: impl FnOnce(&Path)) -> (tempfile::TempDir, Gm) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    git(d, &["init", "-q"]);
+    fill(d);
+    git(d, &["add", "."]);
+    git(d, &["commit", "-q", "-m", "init"]);
+    let mut gm = Gm::start_in(d, &["--surface", "tools"], &[]);
+    gm.initialize("2025-11-25");
+    (dir, gm)
+}
+
 /// A repository with tracked, untracked, ignored and binary files.
 fn repo() -> (tempfile::TempDir, Gm) {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -77,18 +90,13 @@ fn grep_covers_tracked_text_files_only_and_counts_binary_skips() {
 
 #[test]
 fn grep_over_many_files_returns_the_first_matches_in_file_and_line_order_with_context() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let d = dir.path();
-    git(d, &["init", "-q"]);
     // Uneven sizes, so that the threads finish files at different times.
-    for i in 0..300 {
-        let filler = "filler line\n".repeat(if i % 7 == 0 { 2000 } else { 3 });
-        write(d, &format!("f{i:03}.txt"), format!("before\nmark {i} a\n{filler}mark {i} b\nafter\n").as_bytes());
-    }
-    git(d, &["add", "."]);
-    git(d, &["commit", "-q", "-m", "many"]);
-    let mut gm = Gm::start_in(d, &["--surface", "tools"], &[]);
-    gm.initialize("2025-11-25");
+    let (_dir, mut gm) = committed_repo(|d| {
+        for i in 0..300 {
+            let filler = "filler line\n".repeat(if i % 7 == 0 { 2000 } else { 3 });
+            write(d, &format!("f{i:03}.txt"), format!("before\nmark {i} a\n{filler}mark {i} b\nafter\n").as_bytes());
+        }
+    });
     let r = gm.call_ok("grep", json!({ "pattern": "mark", "limit": 101, "context": 1 }));
     assert_eq!((r["total"].as_u64(), r["leftOut"].as_u64()), (Some(600), Some(499)), "{r}");
     let matches = r["matches"].as_array().expect("matches");
@@ -168,20 +176,19 @@ fn a_query_without_a_searchable_word_is_refused_with_the_reason() {
 
 #[test]
 fn a_path_filter_fills_the_page_however_many_better_lines_are_elsewhere() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let d = dir.path();
-    git(d, &["init", "-q"]);
     // 60 files outside the prefix whose lines match better (the word twice, short lines) than
     // the three lines under it.
-    for i in 0..60 {
-        write(d, &format!("other/f{i}.txt"), b"zebra zebra\n");
-    }
-    write(d, "inside/a.txt", b"one line with a zebra among many other words here\n");
-    write(d, "inside/b.txt", b"two\nanother zebra line with quite a few words in it\nthird zebra line, long as well\n");
-    git(d, &["add", "."]);
-    git(d, &["commit", "-q", "-m", "init"]);
-    let mut gm = Gm::start_in(d, &["--surface", "tools"], &[]);
-    gm.initialize("2025-11-25");
+    let (_dir, mut gm) = committed_repo(|d| {
+        for i in 0..60 {
+            write(d, &format!("other/f{i}.txt"), b"zebra zebra\n");
+        }
+        write(d, "inside/a.txt", b"one line with a zebra among many other words here\n");
+        write(
+            d,
+            "inside/b.txt",
+            b"two\nanother zebra line with quite a few words in it\nthird zebra line, long as well\n",
+        );
+    });
     let r = gm.call_ok("search", json!({ "query": "zebra", "limit": 3 }));
     assert!(paths(&r, "hits").iter().all(|p| p.starts_with("other/")), "{r}");
     let r = gm.call_ok("search", json!({ "query": "zebra", "limit": 3, "path": "inside" }));
