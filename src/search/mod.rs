@@ -2,6 +2,7 @@
 //! lines, and the wiki's pages. Library code: the verbs in `verbs/search.rs` are thin wrappers.
 
 pub mod calls;
+pub mod classify;
 pub mod grep;
 pub mod index;
 pub mod tokenizer;

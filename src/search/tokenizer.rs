@@ -11,6 +11,8 @@ use tantivy::schema::{Field, IndexRecordOption};
 use tantivy::tokenizer::{Token, TokenStream, Tokenizer};
 use tantivy::Term;
 
+use super::classify::Masks;
+
 #[derive(Clone, Default)]
 pub struct CodeTokenizer {
     tokens: Vec<Token>,
@@ -106,42 +108,47 @@ impl CodeTokenizer {
     fn fill(&mut self, text: &str) {
         self.len = 0;
         if text.is_ascii() {
-            self.fill_ascii(text);
+            match Masks::of(text.as_bytes()) {
+                Some(masks) => self.fill_masked(text, &masks),
+                None => self.fill_ascii(text),
+            }
         } else {
             self.fill_unicode(text);
         }
     }
 
     /// [`Self::fill`] for ASCII text (nearly every line of code): a byte-kind table instead of
-    /// decoding characters, and one pass over each word for its parts.
+    /// decoding characters, loops of one test per byte (the branches that depend on the text
+    /// are what costs, so each byte meets as few as possible), and words without parts, most
+    /// of them, recognized in one pass.
     fn fill_ascii(&mut self, text: &str) {
         let b = text.as_bytes();
+        let n = b.len();
         let mut i = 0;
-        while i < b.len() {
-            if KIND[b[i] as usize] & WORDISH == 0 {
-                i += 1; // outside a run, or a separator before its first word
-                continue;
+        loop {
+            // Outside a run, or separators before its first word.
+            while i < n && KIND[b[i] as usize] & WORDISH == 0 {
+                i += 1;
+            }
+            if i == n {
+                return;
             }
             // The run: words joined by separators, from its first word byte to its last.
             let start = i;
-            let (mut end, mut joined, mut after_sep) = (i, false, false);
-            while i < b.len() {
-                match KIND[b[i] as usize] {
-                    OTHER => break,
-                    SEP => after_sep = true,
-                    _ => {
-                        joined |= after_sep;
-                        after_sep = false;
-                        end = i + 1;
-                    }
-                }
+            let mut kinds = 0;
+            while i < n && KIND[b[i] as usize] != OTHER {
+                kinds |= KIND[b[i] as usize];
                 i += 1;
             }
-            if !joined {
+            let mut end = i;
+            while KIND[b[end - 1] as usize] == SEP {
+                end -= 1; // stops at the run's first byte, a word byte
+            }
+            if kinds & SEP == 0 || !b[start..end].iter().any(|&c| KIND[c as usize] == SEP) {
                 self.word_ascii(text, start, end);
                 continue;
             }
-            self.push(text, start, end);
+            self.push_ascii(text, start, end);
             let mut w = start;
             while w < end {
                 let word = w;
@@ -161,7 +168,21 @@ impl CodeTokenizer {
         let b = &text.as_bytes()[from..to];
         let first = KIND[b[0] as usize];
         if first == DIGIT {
-            self.push(text, from, to);
+            self.push_ascii(text, from, to);
+            return;
+        }
+        // Lowercase, capitals, or capitalized: no parts.
+        let (mut seen, mut capitals) = (0u8, 0usize);
+        for &c in b {
+            let k = KIND[c as usize];
+            seen |= 1 << k;
+            capitals += usize::from(k == UPPER);
+        }
+        let whole = seen == 1 << LOWER
+            || seen == 1 << UPPER
+            || seen == (1 << LOWER | 1 << UPPER) && capitals == 1 && first == UPPER;
+        if whole {
+            self.push_ascii(text, from, to);
             return;
         }
         let mut parts = std::mem::take(&mut self.parts);
@@ -194,12 +215,89 @@ impl CodeTokenizer {
             parts.push((s, b.len()));
         }
         if parts.len() > 1 || parts.first().is_some_and(|&p| p != (0, b.len())) {
-            self.push(text, from, to);
+            self.push_ascii(text, from, to);
         }
         for &(x, y) in &parts {
-            self.push(text, from + x, from + y);
+            self.push_ascii(text, from + x, from + y);
         }
         self.parts = parts;
+    }
+
+    /// [`Self::fill`] for a short ASCII line, from its byte classes: runs of word bytes and
+    /// separators, their words and the words' parts are found with bit operations.
+    fn fill_masked(&mut self, text: &str, m: &Masks) {
+        let word = m.word();
+        let mut runs = word | m.sep;
+        while runs != 0 {
+            let run = first_run(runs);
+            runs &= !run;
+            let words = word & run;
+            if words == 0 {
+                continue; // separators only
+            }
+            if (words & !(words << 1)).count_ones() == 1 {
+                self.word_masked(text, m, words);
+                continue;
+            }
+            // A path: whole, from its first word byte to its last, then its words.
+            self.push_ascii(text, words.trailing_zeros() as usize, 128 - words.leading_zeros() as usize);
+            let mut rest = words;
+            while rest != 0 {
+                let w = first_run(rest);
+                rest &= !w;
+                self.word_masked(text, m, w);
+            }
+        }
+    }
+
+    /// [`Self::word_ascii`] from the byte classes: `w` has the bits of one word.
+    fn word_masked(&mut self, text: &str, m: &Masks, w: u128) {
+        let (from, to) = (w.trailing_zeros() as usize, 128 - w.leading_zeros() as usize);
+        if m.digit & w & (1 << from) != 0 {
+            self.push_ascii(text, from, to); // a number
+            return;
+        }
+        // Lowercase, capitals, or capitalized: no parts.
+        if w & (m.digit | m.under) == 0 && (w & m.upper == 0 || w & m.lower == 0 || w & m.upper == 1 << from) {
+            self.push_ascii(text, from, to);
+            return;
+        }
+        // Parts: runs without underscores, split at lower-to-upper, at the end of an acronym
+        // (`HTTPServer` before the S) and between letters and digits.
+        let (lower, upper, digit, letter) = (m.lower, m.upper, m.digit, m.letter());
+        let inner = w & !m.under;
+        let boundary = upper & lower << 1 | digit & letter << 1 | letter & digit << 1 | upper & upper << 1 & lower >> 1;
+        let starts = (inner & !(inner << 1)) | (boundary & inner);
+        let parts = starts.count_ones();
+        if parts > 1 || parts == 1 && inner != w {
+            self.push_ascii(text, from, to);
+        }
+        let ends = !inner | starts;
+        let mut rest = starts;
+        while rest != 0 {
+            let start = rest.trailing_zeros();
+            rest &= rest - 1;
+            let end = (ends & !ones(start + 1)).trailing_zeros();
+            self.push_ascii(text, start as usize, end as usize);
+        }
+    }
+
+    /// [`Self::push`] for ASCII: bytes `from..to` of `text` are known to be ASCII.
+    fn push_ascii(&mut self, text: &str, from: usize, to: usize) {
+        if !(2..=MAX_TOKEN).contains(&(to - from)) {
+            return;
+        }
+        if self.len == self.tokens.len() {
+            self.tokens.push(Token::default());
+        }
+        let token = &mut self.tokens[self.len];
+        token.offset_from = from;
+        token.offset_to = to;
+        token.position = self.len;
+        token.text.clear();
+        token.text.push_str(&text[from..to]);
+        token.text.make_ascii_lowercase();
+        self.len += 1;
     }
 
     fn fill_unicode(&mut self, text: &str) {
@@ -329,6 +427,17 @@ pub fn has_words(line: &str) -> bool {
     line.bytes().any(|b| b.is_ascii_alphanumeric() || !b.is_ascii())
 }
 
+/// The lowest run of set bits of `bits` (not zero).
+fn first_run(bits: u128) -> u128 {
+    let start = bits.trailing_zeros();
+    ones((!(bits >> start)).trailing_zeros()) << start
+}
+
+/// The `n` lowest bits.
+fn ones(n: u32) -> u128 {
+    u128::MAX.checked_shr(128 - n).filter(|_| n > 0).unwrap_or(0)
+}
+
 /// A BM25 query for free text: every token of `text` (whole identifiers and their parts) as
 /// a term that may match in any of `fields`, scored together. `None` when `text` has no
 /// token. Query syntax is not interpreted: code is full of `:`, `(` and quotes, and an agent
@@ -395,6 +504,21 @@ mod tests {
         assert_eq!(texts("Größe = straßeName; ünïcode"), ["größe", "straßename", "straße", "name", "ünïcode"]);
     }
 
+    /// The tokens (text and place) of `line` by the mask path, the ASCII byte loop and the
+    /// Unicode path are the same.
+    fn assert_paths_agree(line: &str) {
+        let texts = |fill: &dyn Fn(&mut CodeTokenizer)| {
+            let mut t = CodeTokenizer::default();
+            fill(&mut t);
+            t.tokens[..t.len].iter().map(|t| (t.text.clone(), t.offset_from, t.offset_to)).collect::<Vec<_>>()
+        };
+        let unicode = texts(&|t| t.fill_unicode(line));
+        assert_eq!(texts(&|t| t.fill_ascii(line)), unicode, "byte loop: {line:?}");
+        if let Some(m) = Masks::of(line.as_bytes()) {
+            assert_eq!(texts(&|t| t.fill_masked(line, &m)), unicode, "masks: {line:?}");
+        }
+    }
+
     #[test]
     fn the_ascii_path_tokenizes_like_the_unicode_path() {
         let lines = [
@@ -404,14 +528,26 @@ mod tests {
             "ABCDef aB Ab AB 9a a9 99 __ _ ::std::io::Result<()> -- // .. : 0x1F 1.5e3 x86_64",
         ];
         for line in lines {
-            let mut a = CodeTokenizer::default();
-            a.fill_ascii(line);
-            let mut u = CodeTokenizer::default();
-            u.fill_unicode(line);
-            let texts = |t: &CodeTokenizer| {
-                t.tokens[..t.len].iter().map(|t| (t.text.clone(), t.offset_from, t.offset_to)).collect::<Vec<_>>()
-            };
-            assert_eq!(texts(&a), texts(&u), "{line}");
+            assert_paths_agree(line);
+        }
+    }
+
+    #[test]
+    fn the_ascii_path_tokenizes_like_the_unicode_path_on_any_mix_of_byte_kinds() {
+        // Runs of every byte kind in every order: what the ASCII path's shortcuts must agree on.
+        let alphabet = b"abzABZ019_/.-: (x";
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        for n in 0..20_000 {
+            // Mostly short lines; some reach the end of the masks, and some are longer.
+            let len = (seed % [24, 140, 300][n % 3]) as usize;
+            let mut line = String::with_capacity(len);
+            for _ in 0..len {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                line.push(alphabet[(seed % alphabet.len() as u64) as usize] as char);
+            }
+            assert_paths_agree(&line);
         }
     }
 
