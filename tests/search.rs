@@ -251,6 +251,8 @@ fn a_search_right_after_write_file_sees_the_new_text_and_a_rename_is_seen_after_
     gm.call_ok("edit_file", json!({ "path": "src/main.rs", "old": "needle", "new": "haystackTerm" }));
     let r = gm.call_ok("search", json!({ "query": "haystack term" }));
     assert_eq!(paths(&r, "hits"), ["src/main.rs:3"]);
+    let r = gm.call_ok("search", json!({ "query": "needle" }));
+    assert!(paths(&r, "hits").iter().all(|p| p.starts_with("docs/")), "the old line is deleted: {r}");
     git(dir.path(), &["mv", "docs/guide.md", "docs/manual.md"]);
     std::thread::sleep(Duration::from_millis(2100));
     gm.call_ok("search", json!({ "query": "shouting" }));

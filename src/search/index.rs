@@ -23,19 +23,20 @@ use serde::{Deserialize, Serialize};
 use tantivy::collector::{FilterCollector, TopDocs};
 use tantivy::columnar::Column;
 use tantivy::indexer::{LogMergePolicy, NoMergePolicy, UserOperation};
-use tantivy::schema::document::{Document, ReferenceValue, ReferenceValueLeaf, Value};
-use tantivy::schema::{Field, IndexRecordOption, NumericOptions, Schema, TextFieldIndexing, TextOptions, FAST};
-use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, Term};
+use tantivy::schema::{Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, FAST};
+use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy};
 
+use super::batch::{Batcher, Fields, LineDoc};
+use super::loc;
 use super::tokenizer::{has_words, terms_query, CodeTokenizer};
 use super::tracked::tracked_files;
 
 /// A search finding the last scan older than this starts another (in the background).
 pub const RESCAN_MIN: Duration = Duration::from_secs(2);
 /// Files larger than this are not indexed (generated or data files); they are counted.
-const MAX_FILE_BYTES: u64 = 8 << 20;
+pub(super) const MAX_FILE_BYTES: u64 = 8 << 20;
 /// Bump when the schema or tokenizer changes: an older index is rebuilt.
-const FORMAT: u32 = 5;
+const FORMAT: u32 = 6;
 /// The heap of the writer that builds the index, split between tantivy's indexing threads.
 /// Larger heaps make fewer segments but build slower here (each thread's term hash table
 /// outgrows the caches). Kernel builds, alternating in one session: 64 MB 20.8-21.8 s (78
@@ -44,8 +45,6 @@ const BULK_HEAP: usize = 96 << 20;
 /// The heap of the writer for a few changed files. Every commit starts fresh segment writers
 /// whose hash tables scale with the heap, so a small one keeps an incremental commit cheap.
 const SMALL_HEAP: usize = 15_000_000;
-/// Lines handed to the index writer at a time.
-const BATCH: usize = 1024;
 /// A refresh reindexing more than this many bytes uses the bulk writer.
 const BULK_BYTES: u64 = 32 << 20;
 
@@ -140,54 +139,6 @@ fn mtime_ns(meta: &std::fs::Metadata) -> u128 {
     meta.modified().ok().and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map_or(0, |d| d.as_nanos())
 }
 
-#[derive(Clone, Copy)]
-struct Fields {
-    file: Field,
-    line: Field,
-    text: Field,
-}
-
-/// One line as a tantivy document. The text stays in the file's contents, shared by all of
-/// its lines: no copy per line.
-struct LineDoc {
-    fields: Fields,
-    file: u64,
-    line: u64,
-    contents: Arc<String>,
-    start: usize,
-    end: usize,
-}
-
-#[derive(Debug, Clone)]
-enum LineValue<'a> {
-    U64(u64),
-    Str(&'a str),
-}
-
-impl<'a> Value<'a> for LineValue<'a> {
-    type ArrayIter = std::iter::Empty<Self>;
-    type ObjectIter = std::iter::Empty<(&'a str, Self)>;
-    fn as_value(&self) -> ReferenceValue<'a, Self> {
-        match self {
-            LineValue::U64(n) => ReferenceValue::Leaf(ReferenceValueLeaf::U64(*n)),
-            LineValue::Str(s) => ReferenceValue::Leaf(ReferenceValueLeaf::Str(s)),
-        }
-    }
-}
-
-impl Document for LineDoc {
-    type Value<'a> = LineValue<'a>;
-    type FieldsValuesIter<'a> = std::array::IntoIter<(Field, LineValue<'a>), 3>;
-    fn iter_fields_and_values(&self) -> Self::FieldsValuesIter<'_> {
-        [
-            (self.fields.file, LineValue::U64(self.file)),
-            (self.fields.line, LineValue::U64(self.line)),
-            (self.fields.text, LineValue::Str(&self.contents[self.start..self.end])),
-        ]
-        .into_iter()
-    }
-}
-
 /// Merges only the small segments that incremental updates leave. The build's segments (about
 /// a million lines each on a large tree) stay as they are: searching 30 of them costs no more
 /// than searching a few (3 ms on the kernel either way), and merging them would keep a core
@@ -200,17 +151,12 @@ fn small_merges() -> LogMergePolicy {
 
 fn schema() -> (Schema, Fields) {
     let mut b = Schema::builder();
-    // Indexed, so that a file's lines are deleted by its term, but without field norms
-    // (`INDEXED` would record one per line, for nothing: the field is never scored).
-    // A range query over the fast column instead of the term made the build 5-10% faster
-    // but an incremental update 3-5x slower: it reads every value of the segments it touches.
-    let file = b.add_u64_field("file", NumericOptions::default().set_indexed().set_fast());
-    let line = b.add_u64_field("line", FAST);
+    let loc = b.add_u64_field(loc::FIELD, FAST);
     let text_options = TextOptions::default().set_indexing_options(
         TextFieldIndexing::default().set_tokenizer("code").set_index_option(IndexRecordOption::WithFreqs),
     );
     let text = b.add_text_field("text", text_options);
-    (b.build(), Fields { file, line, text })
+    (b.build(), Fields { loc, text })
 }
 
 pub struct LineIndex {
@@ -222,10 +168,19 @@ pub struct LineIndex {
     bulk: bool,
     reader: IndexReader,
     fields: Fields,
+    batcher: Batcher,
     manifest: Manifest,
     paths: HashMap<u64, String>,
     last_scan: Option<(Instant, Duration)>,
     meta_seen: Option<(std::time::SystemTime, u64)>,
+}
+
+/// The manifest saved in `dir`, if it is of this format.
+fn read_manifest(dir: &Path) -> Option<Manifest> {
+    std::fs::read(dir.join("manifest.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .filter(|m: &Manifest| m.format == FORMAT)
 }
 
 /// When tantivy's `meta.json` was last written (and its size): it changes with every commit
@@ -252,10 +207,7 @@ impl LineIndex {
     /// older format, from another schema, or unreadable).
     pub fn open(workspace: &Path, dir: &Path) -> Result<Self, IndexError> {
         let io = |source| IndexError::Io { path: dir.to_owned(), source };
-        let manifest: Option<Manifest> = std::fs::read(dir.join("manifest.json"))
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
-            .filter(|m: &Manifest| m.format == FORMAT);
+        let manifest = read_manifest(dir);
         let (schema, fields) = schema();
         let existing = manifest
             .as_ref()
@@ -286,6 +238,7 @@ impl LineIndex {
             bulk: false,
             reader,
             fields,
+            batcher: Batcher::new(fields),
             manifest,
             paths,
             last_scan: None,
@@ -357,12 +310,28 @@ impl LineIndex {
             self.use_writer(true)?;
         }
         let result = self.apply_changes(&scan, &changed, &mut stats);
+        if result.is_err() {
+            self.roll_back();
+        }
         let back = self.use_writer(false);
         result?;
         back?;
         self.last_scan = Some((Instant::now(), scan.took));
         stats.ms = (started.elapsed() + scan.took).as_millis() as u64;
         Ok(stats)
+    }
+
+    /// Forgets what a failed refresh did: its uncommitted lines, and the files it recorded as
+    /// indexed (back to the saved manifest, whose files the next scan checks again).
+    fn roll_back(&mut self) {
+        self.batcher.clear();
+        if let Some(writer) = self.writer.as_mut() {
+            let _ = writer.rollback();
+        }
+        let next_id = self.manifest.next_id;
+        self.manifest = read_manifest(&self.dir).unwrap_or(Manifest { format: FORMAT, ..Default::default() });
+        self.manifest.next_id = self.manifest.next_id.max(next_id);
+        self.paths = self.manifest.files.iter().map(|(rel, s)| (s.id, rel.clone())).collect();
     }
 
     fn apply_changes(&mut self, scan: &Scan, changed: &[&Seen], stats: &mut RefreshStats) -> Result<(), IndexError> {
@@ -421,8 +390,9 @@ impl LineIndex {
 
     /// Deletes a file's lines.
     fn delete_file(&mut self, id: u64) -> Result<(), IndexError> {
-        let term = Term::from_field_u64(self.fields.file, id);
-        self.writer()?.delete_term(term);
+        // Lines still waiting in a batch would be sent after the delete, and survive it.
+        self.send_batch()?;
+        self.writer()?.delete_query(Box::new(loc::FileLines(id)))?;
         Ok(())
     }
 
@@ -441,7 +411,6 @@ impl LineIndex {
         if known.is_some_and(|k| k.size == size && k.mtime_ns == mtime_ns) {
             return Ok(());
         }
-        let fields = self.fields;
         if let Some(k) = known {
             self.delete_file(k.id)?;
         }
@@ -468,9 +437,6 @@ impl LineIndex {
                 return Ok(());
             }
         };
-        // Lines go to tantivy's indexing threads in batches: one channel send per batch, and a
-        // batch small enough to stay in the caches.
-        let mut docs = Vec::with_capacity(BATCH);
         let mut start = 0;
         for (n, line) in contents.split('\n').enumerate() {
             let end = start + line.len();
@@ -479,23 +445,12 @@ impl LineIndex {
             }
             let line = line.strip_suffix('\r').unwrap_or(line);
             if has_words(line) {
-                let doc = LineDoc {
-                    fields,
-                    file: id,
-                    line: n as u64 + 1,
-                    contents: contents.clone(),
-                    start,
-                    end: start + line.len(),
-                };
-                docs.push(UserOperation::Add(doc));
-                if docs.len() == BATCH {
-                    self.writer()?.run(std::mem::replace(&mut docs, Vec::with_capacity(BATCH)))?;
+                if let Some(docs) = self.batcher.push(&contents, loc::pack(id, n as u64 + 1), start, start + line.len())
+                {
+                    self.send(docs)?;
                 }
             }
             start = end + 1;
-        }
-        if !docs.is_empty() {
-            self.writer()?.run(docs)?;
         }
         stats.indexed += 1;
         stats.bytes_indexed += size;
@@ -503,7 +458,21 @@ impl LineIndex {
         Ok(())
     }
 
+    fn send(&mut self, docs: Vec<LineDoc>) -> Result<(), IndexError> {
+        self.writer()?.run(docs.into_iter().map(UserOperation::Add))?;
+        Ok(())
+    }
+
+    /// Sends the lines gathered so far.
+    fn send_batch(&mut self) -> Result<(), IndexError> {
+        match self.batcher.flush() {
+            Some(docs) => self.send(docs),
+            None => Ok(()),
+        }
+    }
+
     fn commit(&mut self) -> Result<(), IndexError> {
+        self.send_batch()?;
         let payload = serde_json::to_string(&Payload { next_id: self.manifest.next_id }).unwrap_or_default();
         let mut prepared = self.writer()?.prepare_commit()?;
         prepared.set_payload(&payload);
@@ -553,21 +522,21 @@ impl LineIndex {
                 }
                 let allowed = Arc::new(allowed);
                 let keep = move |id: u64| allowed.get((id / 64) as usize).is_some_and(|w| w & (1 << (id % 64)) != 0);
-                searcher.search(&*query, &FilterCollector::new("file".into(), keep, TopDocs::with_limit(limit)))?
+                let keep = move |at: u64| keep(loc::file(at));
+                searcher.search(&*query, &FilterCollector::new(loc::FIELD.into(), keep, TopDocs::with_limit(limit)))?
             }
         };
-        let mut columns: HashMap<u32, (Column<u64>, Column<u64>)> = HashMap::new();
+        let mut columns: HashMap<u32, Column<u64>> = HashMap::new();
         let mut texts: HashMap<&str, String> = HashMap::new();
         let mut hits = Vec::with_capacity(top.len());
         for (score, addr) in top {
-            let (files, lines) = match columns.entry(addr.segment_ord) {
+            let locs = match columns.entry(addr.segment_ord) {
                 std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
                 std::collections::hash_map::Entry::Vacant(e) => {
-                    let fast = searcher.segment_reader(addr.segment_ord).fast_fields();
-                    e.insert((fast.u64("file")?, fast.u64("line")?))
+                    e.insert(searcher.segment_reader(addr.segment_ord).fast_fields().u64(loc::FIELD)?)
                 }
             };
-            let (Some(id), Some(line)) = (files.first(addr.doc_id), lines.first(addr.doc_id)) else { continue };
+            let Some((id, line)) = locs.first(addr.doc_id).map(loc::unpack) else { continue };
             let Some(rel) = self.paths.get(&id) else { continue };
             let text = texts
                 .entry(rel.as_str())
