@@ -245,6 +245,24 @@ fn an_index_with_unreadable_files_is_rebuilt_instead_of_failing_searches() {
 }
 
 #[test]
+fn an_index_written_by_an_earlier_format_is_rebuilt_on_the_next_start() {
+    let (dir, mut gm) = repo();
+    gm.call_ok("search", json!({ "query": "needle" }));
+    gm.close_stdin();
+    gm.wait_exit(Duration::from_secs(5)).expect("gm exits");
+    let path = dir.path().join(".gm/index/manifest.json");
+    let mut manifest: Value = serde_json::from_slice(&std::fs::read(&path).expect("manifest")).expect("json");
+    let format = manifest["format"].as_u64().expect("format number");
+    manifest["format"] = json!(format - 1);
+    std::fs::write(&path, manifest.to_string()).expect("write manifest");
+    let mut gm = Gm::start_in(dir.path(), &["--surface", "tools"], &[]);
+    gm.initialize("2025-11-25");
+    let r = gm.call_ok("search", json!({ "query": "needle" }));
+    assert!(paths(&r, "hits").iter().any(|p| p == "src/main.rs:3"), "{r}");
+    assert!(r["refreshed"]["indexed"].as_u64().is_some_and(|n| n >= 3), "rebuilt from scratch: {r}");
+}
+
+#[test]
 fn a_search_right_after_write_file_sees_the_new_text_and_a_rename_is_seen_after_a_rescan() {
     let (dir, mut gm) = repo();
     gm.call_ok("search", json!({ "query": "needle" }));
