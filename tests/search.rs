@@ -25,6 +25,22 @@ fn write(dir: &Path, rel: &str, text: &[u8]) {
     std::fs::write(p, text).expect("write");
 }
 
+/// gm serving the tools surface in `dir`, initialized.
+fn serve(dir: &Path) -> Gm {
+    let mut gm = Gm::start_in(dir, &["--surface", "tools"], &[]);
+    gm.initialize("2025-11-25");
+    gm
+}
+
+/// Stops `gm` (stdin closed, as a host does), lets `between` change the workspace, starts a new one.
+fn restart(gm: Gm, dir: &Path, between: impl FnOnce(&Path)) -> Gm {
+    let mut gm = gm;
+    gm.close_stdin();
+    gm.wait_exit(Duration::from_secs(5)).expect("gm exits");
+    between(dir);
+    serve(dir)
+}
+
 /// A repository whose files `fill` writes, all committed, with gm serving the tools surface.
 fn committed_repo(fill: impl FnOnce(&Path)) -> (tempfile::TempDir, Gm) {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -33,8 +49,7 @@ fn committed_repo(fill: impl FnOnce(&Path)) -> (tempfile::TempDir, Gm) {
     fill(d);
     git(d, &["add", "."]);
     git(d, &["commit", "-q", "-m", "init"]);
-    let mut gm = Gm::start_in(d, &["--surface", "tools"], &[]);
-    gm.initialize("2025-11-25");
+    let gm = serve(d);
     (dir, gm)
 }
 
@@ -52,8 +67,7 @@ fn repo() -> (tempfile::TempDir, Gm) {
     write(d, "ignored.txt", b"needle ignored\n");
     git(d, &["add", ".gitignore", "src", "docs", "data.bin"]);
     git(d, &["commit", "-q", "-m", "init"]);
-    let mut gm = Gm::start_in(d, &["--surface", "tools"], &[]);
-    gm.initialize("2025-11-25");
+    let gm = serve(d);
     (dir, gm)
 }
 
@@ -207,12 +221,8 @@ fn the_index_survives_a_restart_and_reindexes_only_what_changed_meanwhile() {
     // a change, so the next start must reindex this file again rather than trust it.
     gm.call_ok("edit_file", json!({ "path": "src/main.rs", "old": "needle", "new": "walrusWord" }));
     assert_eq!(paths(&gm.call_ok("search", json!({ "query": "walrus" })), "hits"), ["src/main.rs:3"]);
-    gm.close_stdin();
-    gm.wait_exit(Duration::from_secs(5)).expect("gm exits");
     // Changed while gm was not running.
-    write(dir.path(), "docs/guide.md", b"# Guide\nThe pelican is here.\n");
-    let mut gm = Gm::start_in(dir.path(), &["--surface", "tools"], &[]);
-    gm.initialize("2025-11-25");
+    let mut gm = restart(gm, dir.path(), |d| write(d, "docs/guide.md", b"# Guide\nThe pelican is here.\n"));
     let r = gm.call_ok("search", json!({ "query": "pelican" }));
     assert_eq!(paths(&r, "hits"), ["docs/guide.md:2"], "{r}");
     let indexed = r["refreshed"]["indexed"].as_u64().expect("indexed");
@@ -226,37 +236,36 @@ fn the_index_survives_a_restart_and_reindexes_only_what_changed_meanwhile() {
 fn an_index_with_unreadable_files_is_rebuilt_instead_of_failing_searches() {
     let (dir, mut gm) = repo();
     gm.call_ok("search", json!({ "query": "needle" }));
-    gm.close_stdin();
-    gm.wait_exit(Duration::from_secs(5)).expect("gm exits");
-    let index = dir.path().join(".gm/index");
-    let mut damaged = 0;
-    for entry in std::fs::read_dir(&index).expect("index dir").flatten() {
-        if entry.path().extension().is_some_and(|x| x == "term") {
-            std::fs::write(entry.path(), b"not a term dictionary").expect("damage");
-            damaged += 1;
+    let gm = restart(gm, dir.path(), |d| {
+        let mut damaged = 0;
+        for entry in std::fs::read_dir(d.join(".gm/index")).expect("index dir").flatten() {
+            if entry.path().extension().is_some_and(|x| x == "term") {
+                std::fs::write(entry.path(), b"not a term dictionary").expect("damage");
+                damaged += 1;
+            }
         }
-    }
-    assert!(damaged > 0, "the index has term dictionaries");
-    let mut gm = Gm::start_in(dir.path(), &["--surface", "tools"], &[]);
-    gm.initialize("2025-11-25");
-    let r = gm.call_ok("search", json!({ "query": "needle" }));
-    assert!(paths(&r, "hits").iter().any(|p| p == "src/main.rs:3"), "{r}");
-    assert!(r["refreshed"]["indexed"].as_u64().is_some_and(|n| n >= 3), "rebuilt from scratch: {r}");
+        assert!(damaged > 0, "the index has term dictionaries");
+    });
+    assert_rebuilt_from_scratch(gm);
 }
 
 #[test]
 fn an_index_written_by_an_earlier_format_is_rebuilt_on_the_next_start() {
     let (dir, mut gm) = repo();
     gm.call_ok("search", json!({ "query": "needle" }));
-    gm.close_stdin();
-    gm.wait_exit(Duration::from_secs(5)).expect("gm exits");
-    let path = dir.path().join(".gm/index/manifest.json");
-    let mut manifest: Value = serde_json::from_slice(&std::fs::read(&path).expect("manifest")).expect("json");
-    let format = manifest["format"].as_u64().expect("format number");
-    manifest["format"] = json!(format - 1);
-    std::fs::write(&path, manifest.to_string()).expect("write manifest");
-    let mut gm = Gm::start_in(dir.path(), &["--surface", "tools"], &[]);
-    gm.initialize("2025-11-25");
+    let gm = restart(gm, dir.path(), |d| {
+        let path = d.join(".gm/index/manifest.json");
+        let mut manifest: Value = serde_json::from_slice(&std::fs::read(&path).expect("manifest")).expect("json");
+        let format = manifest["format"].as_u64().expect("format number");
+        manifest["format"] = json!(format - 1);
+        std::fs::write(&path, manifest.to_string()).expect("write manifest");
+    });
+    assert_rebuilt_from_scratch(gm);
+}
+
+/// The first search of `gm`, started on the `repo()` workspace, reindexes every file and finds
+/// the needle.
+fn assert_rebuilt_from_scratch(mut gm: Gm) {
     let r = gm.call_ok("search", json!({ "query": "needle" }));
     assert!(paths(&r, "hits").iter().any(|p| p == "src/main.rs:3"), "{r}");
     assert!(r["refreshed"]["indexed"].as_u64().is_some_and(|n| n >= 3), "rebuilt from scratch: {r}");
@@ -350,8 +359,7 @@ fn ts_project() -> (tempfile::TempDir, Gm) {
     );
     write(d, "src/other.js", b"function query() {}\nquery();\n");
     git(d, &["add", "."]);
-    let mut gm = Gm::start_in(d, &["--surface", "tools"], &[]);
-    gm.initialize("2025-11-25");
+    let gm = serve(d);
     (dir, gm)
 }
 

@@ -287,6 +287,13 @@ impl CodeTokenizer {
         if !(2..=MAX_TOKEN).contains(&(to - from)) {
             return;
         }
+        let token = self.next_token(from, to);
+        token.text.push_str(&text[from..to]);
+        token.text.make_ascii_lowercase();
+    }
+
+    /// The next token slot, reused from earlier lines, with its offsets set and its text empty.
+    fn next_token(&mut self, from: usize, to: usize) -> &mut Token {
         if self.len == self.tokens.len() {
             self.tokens.push(Token::default());
         }
@@ -295,9 +302,8 @@ impl CodeTokenizer {
         token.offset_to = to;
         token.position = self.len;
         token.text.clear();
-        token.text.push_str(&text[from..to]);
-        token.text.make_ascii_lowercase();
         self.len += 1;
+        token
     }
 
     fn fill_unicode(&mut self, text: &str) {
@@ -354,21 +360,13 @@ impl CodeTokenizer {
         if t.len() > MAX_TOKEN || t.len() <= 1 && t.is_ascii() {
             return;
         }
-        if self.len == self.tokens.len() {
-            self.tokens.push(Token::default());
-        }
-        let token = &mut self.tokens[self.len];
-        token.offset_from = from;
-        token.offset_to = to;
-        token.position = self.len;
-        token.text.clear();
+        let token = self.next_token(from, to);
         if t.is_ascii() {
             token.text.push_str(t);
             token.text.make_ascii_lowercase();
         } else {
             token.text.extend(t.chars().flat_map(char::to_lowercase));
         }
-        self.len += 1;
     }
 }
 
