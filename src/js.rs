@@ -19,6 +19,8 @@ struct CodeCallFields<'a> {
     args: &'a RawValue,
     outcome: &'static str,
     ms: f64,
+    #[serde(rename = "inFlight")]
+    in_flight: usize,
     body: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<&'a Value>,
@@ -57,9 +59,12 @@ impl JsHost for Host {
     fn call(&self, name: String, args: Json) -> BoxFuture<'static, Result<Json, Json>> {
         let ctx = self.ctx.clone();
         let body = self.body;
-        Box::pin(async move {
+        // The call runs as a task of its own: a body that is interrupted or cancelled stops
+        // waiting for it, but the call still ends (a cancellable one at once) and is logged.
+        let task = tokio::spawn(async move {
             let started = Instant::now();
-            let result = verbs::call(ctx.clone(), &name, &args).await.map_err(|e| e.to_json());
+            let called = verbs::call(ctx.clone(), &name, &args).await;
+            let result = called.result.map_err(|e| e.to_json());
             let secrets = ctx.secrets.get();
             if let Some(log) = &ctx.log {
                 let fields = CodeCallFields {
@@ -67,6 +72,7 @@ impl JsHost for Host {
                     args: &args,
                     outcome: if result.is_ok() { "ok" } else { "error" },
                     ms: millis(started),
+                    in_flight: called.in_flight,
                     body,
                     error: result.as_ref().err().and_then(|e| e.get("code")),
                 };
@@ -79,6 +85,12 @@ impl JsHost for Host {
                     Err(serde_json::value::to_raw_value(&error).unwrap_or_else(|_| null_json()))
                 }
             }
+        });
+        Box::pin(async move {
+            task.await.unwrap_or_else(|e| {
+                let error = json!({ "code": "internal", "message": format!("the call failed: {e}") });
+                Err(serde_json::value::to_raw_value(&error).unwrap_or_else(|_| null_json()))
+            })
         })
     }
 

@@ -75,6 +75,16 @@ fn start_calls(workspace: &Path) -> Addr<CallIndex> {
     SyncArbiter::start(1, move || CallIndex::new(workspace.clone()))
 }
 
+/// How often a long call with a progressToken reports progress (`GM_PROGRESS_INTERVAL_MS`
+/// sets another interval, for tests).
+pub const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A duration in milliseconds from the environment, when set to a positive number.
+fn env_millis(name: &str) -> Option<std::time::Duration> {
+    let ms: u64 = std::env::var(name).ok()?.trim().parse().ok()?;
+    (ms > 0).then(|| std::time::Duration::from_millis(ms))
+}
+
 /// A run id: UTC start time plus a random suffix, sortable and unique.
 pub fn new_run_id() -> String {
     let now = time::OffsetDateTime::now_utc();
@@ -105,6 +115,7 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
             log: Some(log.clone()),
             skills: skills.clone(),
             jobs: jobs.clone(),
+            scheduler: Scheduler::new(opts.max_inflight).start(),
         });
         log.do_send(Event::new(
             "start",
@@ -143,11 +154,11 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
             ctx,
             surface: opts.surface,
             run_id,
-            scheduler: Scheduler::new(opts.max_inflight).start(),
             js,
             out: StdoutWriter::default().start(),
             max_line_bytes: opts.max_line_bytes,
             page_size: opts.page_size.max(1),
+            progress_every: env_millis("GM_PROGRESS_INTERVAL_MS").unwrap_or(PROGRESS_EVERY),
         };
         let server = Server::new(app).start();
         spawn_stdin_reader(opts.max_line_bytes, server.recipient()).map_err(ServeError::Stdin)?;
@@ -174,8 +185,13 @@ pub fn run_verb(workspace_dir: &Path, name: &str, args: Value) -> Result<Value, 
             locks: FileLocks::default().start(),
             log: None,
             skills: Arc::new(Skills::locate()),
+            scheduler: Scheduler::new(DEFAULT_MAX_INFLIGHT).start(),
         });
         let args = verbs::to_json(&args).map_err(|e| e.to_json())?;
-        verbs::call(ctx, name, &args).await.map(|json| verbs::to_value(&json)).map_err(|e: VerbError| e.to_json())
+        verbs::call(ctx, name, &args)
+            .await
+            .result
+            .map(|json| verbs::to_value(&json))
+            .map_err(|e: VerbError| e.to_json())
     })
 }

@@ -15,7 +15,7 @@ use futures::FutureExt;
 use gm_actors::jobs::KillForeground;
 use gm_actors::js_engine::{CancelToken, JsEngines};
 use gm_actors::log_writer::{Event, Flush};
-use gm_actors::scheduler::{Admit, Scheduler};
+use gm_actors::scheduler;
 use gm_actors::transport::{Incoming, Send as SendLine, StdoutWriter};
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
@@ -26,11 +26,7 @@ use crate::protocol::mcp;
 use crate::run::{self, RunState, ToolOutput};
 use crate::skills;
 use crate::surface::{self, Surface};
-use crate::verbs::{self, Ctx, Effect, VerbError};
-
-const RUN_SHELL: &str = "run_shell";
-/// How often a long call with a progressToken reports progress.
-const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+use crate::verbs::{self, Ctx, Traits, VerbError};
 
 /// How long calls still running when stdin closes may take to reply.
 const SHUTDOWN_GRACE: Duration = Duration::from_millis(700);
@@ -40,11 +36,12 @@ pub struct App {
     pub ctx: Ctx,
     pub surface: Surface,
     pub run_id: String,
-    pub scheduler: Addr<Scheduler>,
     pub js: JsEngines,
     pub out: Addr<StdoutWriter>,
     pub max_line_bytes: usize,
     pub page_size: usize,
+    /// How often a long call with a progressToken reports progress.
+    pub progress_every: Duration,
 }
 
 /// Per-connection state. Owned by the server actor; its futures (same thread) borrow it
@@ -132,11 +129,29 @@ impl Server {
         });
     }
 
-    /// Starts one tools/call. The read gate is judged in arrival order: a run_code sent
-    /// before the skill read is refused even if it would start after it.
+    /// Starts one tools/call. Everything that depends on arrival order is settled here, before
+    /// the call's task first runs: the read gate (a run_code sent before the skill read is
+    /// refused even if it would start after it) and the call's entry in the running table, so
+    /// a cancel that arrives in the same read as its call finds it.
     fn start_call(&self, call: mcp::ToolCall) -> LocalBoxFuture<'static, Option<String>> {
-        let gate_open = self.session.borrow().skill_read;
-        Box::pin(call_tool(self.app.clone(), self.session.clone(), call, gate_open))
+        let Some(traits) = surface::traits(self.app.surface, &call.name) else {
+            let err = RpcError::invalid_params(format!("unknown tool: {}", call.name))
+                .with_data(json!({ "surface": self.app.surface.as_str() }));
+            let reply = jsonrpc::error(&call.id, &err).to_string();
+            return Box::pin(futures::future::ready(Some(reply)));
+        };
+        let cancel = CancelToken::default();
+        let gate_open = {
+            let mut s = self.session.borrow_mut();
+            let running = if traits.cancellable {
+                Running::Cancellable(cancel.clone())
+            } else {
+                Running::Uncancellable { tool: call.name.clone() }
+            };
+            s.running.insert(id_key(&call.id), running);
+            s.skill_read
+        };
+        Box::pin(call_tool(self.app.clone(), self.session.clone(), call, traits, cancel, gate_open))
     }
 
     /// Handles one message. Quick methods answer now; tools/call answers later.
@@ -395,46 +410,27 @@ struct ActionFields<'a> {
     cancelled: bool,
 }
 
-/// One tools/call: admission, the call, its action event, its reply.
+/// One tools/call: the call (verbs are admitted inside `verbs::call`, run-loop tools here),
+/// its action event, its reply.
 async fn call_tool(
     app: Rc<App>,
     session: Rc<RefCell<Session>>,
     call: mcp::ToolCall,
+    traits: Traits,
+    cancel: CancelToken,
     gate_open: bool,
 ) -> Option<String> {
     let mcp::ToolCall { id, name, args, meta } = call;
-    if !surface::has(app.surface, &name) {
-        let err = RpcError::invalid_params(format!("unknown tool: {name}"))
-            .with_data(json!({ "surface": app.surface.as_str() }));
-        return Some(jsonrpc::error(&id, &err).to_string());
-    }
     let key = id_key(&id);
-    let cancel = CancelToken::default();
-    {
-        let mut s = session.borrow_mut();
-        let running = if name == surface::RUN_CODE || name == RUN_SHELL {
-            Running::Cancellable(cancel.clone())
-        } else {
-            Running::Uncancellable { tool: name.clone() }
-        };
-        s.running.insert(key.clone(), running);
-    }
     let started = Instant::now();
-    let effect = verbs::find(&name).map_or(Effect::Read, |v| v.effect);
-    let permit = match app.scheduler.send(Admit { exclusive: effect == Effect::Shell }).await {
-        Ok(admission) => admission.permit().await,
-        Err(_) => None,
-    };
-    let in_flight = permit.as_ref().map_or(0, |p| p.in_flight);
-    let ticker = progress_ticker(&app, &name, meta.as_ref());
+    let ticker = traits.progress.then(|| progress_ticker(&app, meta.as_ref())).flatten();
     let run = run_tool(&app, &session, &name, &args, cancel.clone(), gate_open);
-    let outcome = std::panic::AssertUnwindSafe(run).catch_unwind().await.unwrap_or_else(|panic| {
-        Err(VerbError::Internal(format!("{name} panicked: {}", verbs::panic_message(&panic))).to_json())
+    let (outcome, in_flight) = std::panic::AssertUnwindSafe(run).catch_unwind().await.unwrap_or_else(|panic| {
+        (Err(VerbError::Internal(format!("{name} panicked: {}", verbs::panic_message(&panic))).to_json()), 0)
     });
     if let Some(t) = ticker {
         t.abort();
     }
-    drop(permit);
     let was_cancelled = cancel.is_cancelled();
     // What the call started and left running ends with it, unless the call handed it to the
     // background on purpose.
@@ -489,6 +485,30 @@ async fn run_tool(
     args: &RawValue,
     cancel: CancelToken,
     gate_open: bool,
+) -> (Result<ToolOutput, Value>, usize) {
+    let Some(tool) = surface::loop_tool(name) else {
+        let ctx = app.ctx.with_cancel(cancel);
+        let called = verbs::call(ctx, name, args).await;
+        return (called.result.map(ToolOutput::json).map_err(|e| e.to_json()), called.in_flight);
+    };
+    let permit = tokio::select! {
+        permit = scheduler::admit(&app.ctx.scheduler, tool.pool, false) => permit,
+        () = cancel.cancelled() => return (Err(VerbError::Cancelled.to_json()), 0),
+    };
+    let in_flight = permit.as_ref().map_or(0, |p| p.in_flight);
+    let outcome = run_loop_tool(app, session, name, args, cancel, gate_open).await;
+    drop(permit);
+    (outcome, in_flight)
+}
+
+/// A call of one of the run loop's own tools.
+async fn run_loop_tool(
+    app: &App,
+    session: &RefCell<Session>,
+    name: &str,
+    args: &RawValue,
+    cancel: CancelToken,
+    gate_open: bool,
 ) -> Result<ToolOutput, Value> {
     match name {
         surface::NEXT_CONTEXT => {
@@ -527,26 +547,23 @@ async fn run_tool(
             };
             run::run_code(app, code, budget, body, cancel).await
         }
-        verb => {
-            let ctx = app.ctx.with_cancel(cancel);
-            verbs::call(ctx, verb, args).await.map(ToolOutput::json).map_err(|e| e.to_json())
-        }
+        other => Err(VerbError::UnknownVerb(other.to_owned()).to_json()),
     }
 }
 
-/// While a run_shell or run_code call whose `_meta` has a progressToken runs, sends
-/// `notifications/progress` every [`PROGRESS_EVERY`] with the elapsed seconds.
-fn progress_ticker(app: &App, tool: &str, meta: Option<&Map<String, Value>>) -> Option<tokio::task::JoinHandle<()>> {
-    if tool != RUN_SHELL && tool != surface::RUN_CODE {
-        return None;
-    }
+/// While a call that reports progress and whose `_meta` has a progressToken runs, sends
+/// `notifications/progress` every [`App::progress_every`] with the elapsed seconds.
+fn progress_ticker(app: &App, meta: Option<&Map<String, Value>>) -> Option<tokio::task::JoinHandle<()>> {
     let token = meta?.get("progressToken")?.clone();
     let out = app.out.clone();
     let started = Instant::now();
+    let every = app.progress_every;
     Some(actix::spawn(async move {
-        loop {
-            tokio::time::sleep(PROGRESS_EVERY).await;
-            let elapsed = started.elapsed().as_secs();
+        // The progress is the time the call has run, in seconds, counted in whole intervals so
+        // that it increases with every notification, as MCP asks.
+        for tick in 1u32.. {
+            tokio::time::sleep_until((started + every * tick).into()).await;
+            let elapsed = (every * tick).as_secs_f64();
             let note = jsonrpc::notification(
                 "notifications/progress",
                 json!({ "progressToken": token, "progress": elapsed, "message": format!("running for {elapsed} s") }),

@@ -305,20 +305,21 @@ fn next_context_lists_running_jobs() {
 }
 
 #[test]
-fn a_long_shell_with_a_progress_token_reports_progress_every_five_seconds() {
-    let mut gm = tools();
+fn a_long_shell_with_a_progress_token_reports_progress_at_each_interval() {
+    let mut gm = Gm::start_in_temp(&["--surface", "tools"], &[("GM_PROGRESS_INTERVAL_MS", "500")]);
+    gm.initialize("2025-11-25");
     gm.send(&json!({ "jsonrpc": "2.0", "id": 5, "method": "tools/call",
-        "params": { "name": "run_shell", "arguments": { "command": "sleep 11" }, "_meta": { "progressToken": "p1" } } }));
+        "params": { "name": "run_shell", "arguments": { "command": "sleep 2.2" }, "_meta": { "progressToken": "p1" } } }));
     let mut progress = Vec::new();
     let reply = loop {
         let msg = gm.recv(Duration::from_secs(20)).expect("a message");
         if msg["method"] == "notifications/progress" {
             assert_eq!(msg["params"]["progressToken"], "p1");
-            progress.push(msg["params"]["progress"].as_u64().expect("seconds"));
+            progress.push(msg["params"]["progress"].as_f64().expect("seconds"));
         } else {
             break msg;
         }
     };
     assert_eq!(reply["id"], 5);
-    assert_eq!(progress, [5, 10]);
+    assert_eq!(progress, [0.5, 1.0, 1.5, 2.0]);
 }

@@ -55,6 +55,14 @@ fn server() -> String {
                 } else if path == "/big" {
                     let body: Vec<u8> = (0..5 * 1024 * 1024).map(|i| b'a' + (i % 26) as u8).collect();
                     reply("200 OK", "Content-Type: text/plain\r\n", &body)
+                } else if path == "/utf8cut" {
+                    // One byte past the inline cap, so the cut splits the last character.
+                    let mut body = vec![b'a'; 256 * 1024 - 1];
+                    body.extend_from_slice("é".as_bytes());
+                    reply("200 OK", "Content-Type: text/plain\r\n", &body)
+                } else if path == "/hang" {
+                    std::thread::sleep(Duration::from_secs(30));
+                    reply("200 OK", "", b"too late")
                 } else if path == "/bin" {
                     reply("200 OK", "Content-Type: application/octet-stream\r\n", &[0, 1, 2, 255, 0, 7])
                 } else {
@@ -99,6 +107,7 @@ fn loops_long_chains_and_timeouts_are_clear_errors() {
     let started = Instant::now();
     let e = gm.call_err("fetch", json!({ "url": format!("{base}/slow"), "timeoutMs": 300 }));
     assert!(e["message"].as_str().expect("message").contains("timed out"), "{e}");
+    assert_eq!(e["code"], "timeout", "a timeout is worth a retry, not a refusal");
     assert!(started.elapsed() < Duration::from_secs(2));
     assert_eq!(gm.call_err("fetch", json!({ "url": "not a url" }))["code"], "invalid_args");
     assert_eq!(gm.call_err("fetch", json!({ "url": "ftp://example.invalid/x" }))["code"], "invalid_args");
@@ -120,4 +129,54 @@ fn large_and_binary_bodies_are_saved_whole() {
     assert_eq!(r["binary"], true);
     assert_eq!(r["body"], "");
     assert_eq!(std::fs::read(r["bodyFile"].as_str().expect("file")).expect("saved"), [0, 1, 2, 255, 0, 7]);
+}
+
+#[test]
+fn a_server_that_cannot_be_reached_is_unavailable_not_refused() {
+    // A port that was bound and released: nothing listens there.
+    let port = TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
+    let mut gm = tools();
+    let e = gm.call_err("fetch", json!({ "url": format!("http://127.0.0.1:{port}/x") }));
+    assert_eq!(e["code"], "unavailable", "{e}");
+}
+
+#[test]
+fn a_body_cut_inside_a_character_counts_the_bytes_left_out_exactly() {
+    let base = server();
+    let mut gm = tools();
+    let r = gm.call_ok("fetch", json!({ "url": format!("{base}/utf8cut") }));
+    let total = 256 * 1024 + 1;
+    assert_eq!(r["bodyBytes"], total);
+    assert_eq!(r["body"].as_str().expect("body").len(), 256 * 1024 - 1, "the split character is left out whole");
+    assert_eq!(r["bodyCut"], 2);
+}
+
+#[test]
+fn fetch_is_not_read_only_since_it_can_post() {
+    let mut gm = tools();
+    let tools = gm.ok("tools/list", json!({}))["tools"].clone();
+    let fetch = tools.as_array().expect("tools").iter().find(|t| t["name"] == "fetch").expect("fetch").clone();
+    assert_eq!(fetch["annotations"]["readOnlyHint"], false);
+}
+
+#[test]
+fn cancelling_a_fetch_from_a_body_ends_the_wait_at_once() {
+    let base = server();
+    let mut gm = Gm::start(&[]);
+    gm.ready();
+    let url = format!("{base}/hang");
+    gm.send(&json!({ "jsonrpc": "2.0", "id": "f", "method": "tools/call",
+        "params": { "name": "run_code", "arguments": { "code": format!("return await gm.fetch({{ url: '{url}' }});") } } }));
+    std::thread::sleep(Duration::from_millis(300));
+    gm.send(&json!({ "jsonrpc": "2.0", "method": "notifications/cancelled", "params": { "requestId": "f" } }));
+    let started = Instant::now();
+    assert_eq!(gm.js("return 1"), 1);
+    assert!(gm.recv(Duration::from_millis(200)).is_none(), "the cancelled call is not answered");
+    let call = loop {
+        if let Some(c) = gm.events_of("code-call").into_iter().find(|e| e["verb"] == "fetch") {
+            break c;
+        }
+        assert!(started.elapsed() < Duration::from_secs(5), "the fetch ended at the cancel");
+    };
+    assert_eq!(call["error"], "cancelled");
 }

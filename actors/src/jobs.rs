@@ -97,6 +97,8 @@ pub struct JobStatus {
     pub name: String,
     pub wait: Option<Duration>,
     pub tail_bytes: usize,
+    /// Ends the wait early (the caller was cancelled).
+    pub cancel: CancelToken,
 }
 
 /// Kill a job's process group.
@@ -496,10 +498,14 @@ impl Handler<JobStatus> for Jobs {
         // our child, so files are the one way to see it that works for every job.
         let (log, exit, _) = self.paths(&msg.name);
         let start_bytes = first.log_bytes;
+        let cancel = msg.cancel.clone();
         let work = async move {
             let deadline = Instant::now() + wait;
-            while Instant::now() < deadline {
-                tokio::time::sleep(POLL).await;
+            while Instant::now() < deadline && !cancel.is_cancelled() {
+                tokio::select! {
+                    () = tokio::time::sleep(POLL) => {}
+                    () = cancel.cancelled() => break,
+                }
                 let grew = std::fs::metadata(&log).map(|m| m.len() > start_bytes).unwrap_or(false);
                 if grew || exit.exists() || !process_matches(meta.pid, meta.proc_start) {
                     break;

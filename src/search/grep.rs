@@ -2,6 +2,7 @@
 //! literal, regex or whole-word patterns, binary files skipped and counted, files searched on
 //! every core, and a cap on the matches returned that says how many were left out.
 
+use gm_actors::cancel::CancelToken;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -35,6 +36,8 @@ pub struct GrepQuery {
     pub path_prefix: Option<String>,
     /// Only files whose relative path matches this glob.
     pub glob: Option<globset::GlobMatcher>,
+    /// Stops the search between files (the call was cancelled).
+    pub cancel: CancelToken,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -139,7 +142,7 @@ fn search_files<M: Matcher + Clone>(files: &[&Tracked], next: &AtomicUsize, matc
     let mut part = PartResult::default();
     while let Some((index, file)) = {
         let i = next.fetch_add(1, Ordering::Relaxed);
-        files.get(i).map(|f| (i, f))
+        files.get(i).filter(|_| !q.cancel.is_cancelled()).map(|f| (i, f))
     } {
         let mut sink = Collect {
             index,

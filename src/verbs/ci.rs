@@ -101,13 +101,13 @@ async fn gh(args: &[&str]) -> Result<Value, VerbError> {
     let run =
         tokio::process::Command::new("gh").args(args).stdin(std::process::Stdio::null()).kill_on_drop(true).output();
     let out = match tokio::time::timeout(GH_TIMEOUT, run).await {
-        Err(_) => return Err(VerbError::Refused(format!("gh did not answer within {} s", GH_TIMEOUT.as_secs()))),
+        Err(_) => return Err(VerbError::Timeout(format!("gh did not answer within {} s", GH_TIMEOUT.as_secs()))),
         Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(VerbError::Refused(
+            return Err(VerbError::Unavailable(
                 "the GitHub CLI (gh) is not installed or not on PATH: install it and run `gh auth login`".into(),
             ))
         }
-        Ok(Err(e)) => return Err(VerbError::Refused(format!("cannot run gh: {e}"))),
+        Ok(Err(e)) => return Err(VerbError::Unavailable(format!("cannot run gh: {e}"))),
         Ok(Ok(out)) => out,
     };
     if !out.status.success() {
@@ -118,10 +118,10 @@ async fn gh(args: &[&str]) -> Result<Value, VerbError> {
                 stderr.trim()
             )));
         }
-        return Err(VerbError::Refused(format!("gh api failed: {}", stderr.trim())));
+        return Err(VerbError::Unavailable(format!("gh api failed: {}", stderr.trim())));
     }
     serde_json::from_slice(&out.stdout)
-        .map_err(|e| VerbError::Refused(format!("gh printed something that is not JSON: {e}")))
+        .map_err(|e| VerbError::Unavailable(format!("gh printed something that is not JSON: {e}")))
 }
 
 #[cfg(test)]

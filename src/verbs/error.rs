@@ -25,6 +25,10 @@ pub enum VerbError {
     Io { what: &'static str, path: PathBuf, source: std::io::Error },
     #[error("refused: {0}")]
     Refused(String),
+    #[error("timed out: {0}")]
+    Timeout(String),
+    #[error("unavailable: {0}")]
+    Unavailable(String),
     #[error("no job named '{0}'")]
     UnknownJob(String),
     #[error("a job named '{0}' is still running; stop it or choose another name")]
@@ -49,6 +53,8 @@ impl VerbError {
             Self::AmbiguousMatch { .. } => "ambiguous_match",
             Self::Io { .. } => "io_error",
             Self::Refused(_) => "refused",
+            Self::Timeout(_) => "timeout",
+            Self::Unavailable(_) => "unavailable",
             Self::UnknownJob(_) => "unknown_job",
             Self::DuplicateJob(_) => "duplicate_job",
             Self::Cancelled => "cancelled",

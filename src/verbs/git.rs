@@ -11,6 +11,7 @@ use git2::{
     BranchType, Cred, CredentialType, Diff, DiffFormat, DiffOptions, FetchOptions, IndexAddOption, Oid, PushOptions,
     RemoteCallbacks, Repository, Signature, Status, StatusOptions,
 };
+use gm_actors::cancel::CancelToken;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -36,11 +37,26 @@ pub enum GitError {
     Rejected(String),
     #[error("{0}")]
     Conflict(String),
+    /// The remote could not be reached or spoke badly: worth a retry.
+    #[error("the remote is unavailable: {0}")]
+    Network(String),
+    #[error("the call was cancelled")]
+    Cancelled,
 }
 
 impl From<git2::Error> for GitError {
     fn from(e: git2::Error) -> Self {
-        GitError::Git(e.message().to_owned())
+        use git2::{ErrorClass, ErrorCode};
+        if e.code() == ErrorCode::User && e.class() == ErrorClass::Callback {
+            // A progress callback said stop: the call was cancelled.
+            return GitError::Cancelled;
+        }
+        match e.class() {
+            ErrorClass::Net | ErrorClass::Http | ErrorClass::Ssh | ErrorClass::Ssl => {
+                GitError::Network(e.message().to_owned())
+            }
+            _ => GitError::Git(e.message().to_owned()),
+        }
     }
 }
 
@@ -51,6 +67,8 @@ impl From<GitError> for VerbError {
             GitError::Refused(m) | GitError::Conflict(m) => VerbError::Refused(m),
             GitError::Rejected(_) => VerbError::Refused(e.to_string()),
             GitError::Git(m) => VerbError::Internal(format!("git: {m}")),
+            GitError::Network(_) => VerbError::Unavailable(e.to_string()),
+            GitError::Cancelled => VerbError::Cancelled,
         }
     }
 }
@@ -364,9 +382,23 @@ pub async fn git_commit(ctx: Ctx, args: CommitArgs) -> Result<CommitReply, VerbE
     .await
 }
 
-/// Callbacks that authenticate as git does: ssh agent, then credential helpers.
-pub(super) fn callbacks<'a>(repo: &'a Repository, tried: &'a std::cell::Cell<u32>) -> RemoteCallbacks<'a> {
+/// Callbacks that authenticate as git does (ssh agent, then credential helpers) and stop the
+/// transfer when `cancel` trips.
+pub(super) fn callbacks<'a>(
+    repo: &'a Repository,
+    tried: &'a std::cell::Cell<u32>,
+    cancel: &'a CancelToken,
+) -> RemoteCallbacks<'a> {
     let mut cb = RemoteCallbacks::new();
+    cb.transfer_progress(|_| !cancel.is_cancelled());
+    cb.sideband_progress(|_| !cancel.is_cancelled());
+    cb.push_negotiation(|_| {
+        if cancel.is_cancelled() {
+            Err(git2::Error::new(git2::ErrorCode::User, git2::ErrorClass::Callback, "cancelled"))
+        } else {
+            Ok(())
+        }
+    });
     cb.credentials(move |url, user, allowed| {
         tried.set(tried.get() + 1);
         if tried.get() > 4 {
@@ -406,6 +438,7 @@ pub struct PushReply {
 }
 
 pub async fn git_push(ctx: Ctx, args: PushArgs) -> Result<PushReply, VerbError> {
+    let cancel = ctx.cancel.clone();
     with_repo(&ctx, move |repo, _| {
         let remote_name = args.remote.unwrap_or_else(|| "origin".into());
         let mut remote =
@@ -422,7 +455,7 @@ pub async fn git_push(ctx: Ctx, args: PushArgs) -> Result<PushReply, VerbError> 
         let (src, dst) = spec.split_once(':').unwrap_or((&spec, &spec));
         let src_oid = resolve(repo, src.trim_start_matches('+'))?;
         let spec = format!("{}{src_oid}:{dst}", if args.force.unwrap_or(false) { "+" } else { "" });
-        push_spec(repo, &mut remote, &spec)?;
+        push_spec(repo, &mut remote, &spec, &cancel)?;
         Ok(PushReply { remote: remote_name, refspec: spec, pushed: src_oid.to_string() })
     })
     .await
@@ -430,10 +463,15 @@ pub async fn git_push(ctx: Ctx, args: PushArgs) -> Result<PushReply, VerbError> 
 
 /// Pushes one refspec. A rejection — an error from libgit2, or a ref the remote refused in its
 /// status report — is a [`GitError::Rejected`], so no caller mistakes it for success.
-pub(super) fn push_spec(repo: &Repository, remote: &mut git2::Remote, spec: &str) -> Result<(), GitError> {
+pub(super) fn push_spec(
+    repo: &Repository,
+    remote: &mut git2::Remote,
+    spec: &str,
+    cancel: &CancelToken,
+) -> Result<(), GitError> {
     let tried = std::cell::Cell::new(0);
     let rejected = std::cell::RefCell::new(None);
-    let mut cb = callbacks(repo, &tried);
+    let mut cb = callbacks(repo, &tried, cancel);
     cb.push_update_reference(|refname, status| {
         if let Some(msg) = status {
             *rejected.borrow_mut() = Some(format!("{refname}: {msg}"));
@@ -444,6 +482,9 @@ pub(super) fn push_spec(repo: &Repository, remote: &mut git2::Remote, spec: &str
     opts.remote_callbacks(cb);
     remote.push(&[spec], Some(&mut opts)).map_err(|e| {
         let m = e.message().to_owned();
+        if cancel.is_cancelled() {
+            return GitError::Cancelled;
+        }
         if m.contains("fast-forward") || m.contains("non-fast") || m.contains("not present locally") {
             GitError::Rejected(format!("{m}; the remote has commits this branch lacks: git_pull first"))
         } else {
@@ -478,13 +519,19 @@ pub struct FetchReply {
     pub refs: Vec<Value>,
 }
 
-pub(super) fn do_fetch(repo: &Repository, remote_name: &str) -> Result<Vec<Value>, GitError> {
+pub(super) fn do_fetch(repo: &Repository, remote_name: &str, cancel: &CancelToken) -> Result<Vec<Value>, GitError> {
     let mut remote =
         repo.find_remote(remote_name).map_err(|_| GitError::UnknownRev(format!("remote {remote_name}")))?;
     let tried = std::cell::Cell::new(0);
     let mut opts = FetchOptions::new();
-    opts.remote_callbacks(callbacks(repo, &tried));
-    remote.fetch::<&str>(&[], Some(&mut opts), None)?;
+    opts.remote_callbacks(callbacks(repo, &tried, cancel));
+    remote.fetch::<&str>(&[], Some(&mut opts), None).map_err(|e| {
+        if cancel.is_cancelled() {
+            GitError::Cancelled
+        } else {
+            GitError::from(e)
+        }
+    })?;
     let prefix = format!("refs/remotes/{remote_name}/");
     let mut refs = Vec::new();
     for r in repo.references()?.flatten() {
@@ -498,9 +545,10 @@ pub(super) fn do_fetch(repo: &Repository, remote_name: &str) -> Result<Vec<Value
 }
 
 pub async fn git_fetch(ctx: Ctx, args: FetchArgs) -> Result<FetchReply, VerbError> {
+    let cancel = ctx.cancel.clone();
     with_repo(&ctx, move |repo, _| {
         let remote = args.remote.unwrap_or_else(|| "origin".into());
-        let refs = do_fetch(repo, &remote)?;
+        let refs = do_fetch(repo, &remote, &cancel)?;
         Ok(FetchReply { remote, refs })
     })
     .await
@@ -525,6 +573,7 @@ pub struct PullReply {
 }
 
 pub async fn git_pull(ctx: Ctx, args: PullArgs) -> Result<PullReply, VerbError> {
+    let cancel = ctx.cancel.clone();
     with_repo(&ctx, move |repo, _| {
         let remote = args.remote.unwrap_or_else(|| "origin".into());
         let branch = match args.branch.or_else(|| branch_name(repo)) {
@@ -534,7 +583,7 @@ pub async fn git_pull(ctx: Ctx, args: PullArgs) -> Result<PullReply, VerbError> 
         if !statuses(repo)?.iter().all(|e| e.index.is_none() && e.worktree.is_none_or(|w| w == "untracked")) {
             return Err(GitError::Refused("the working tree has uncommitted changes: commit them first, then pull".into()));
         }
-        do_fetch(repo, &remote)?;
+        do_fetch(repo, &remote, &cancel)?;
         let theirs_ref = format!("refs/remotes/{remote}/{branch}");
         let theirs = repo.find_reference(&theirs_ref).map_err(|_| GitError::UnknownRev(theirs_ref.clone()))?;
         let theirs_commit = repo.reference_to_annotated_commit(&theirs)?;

@@ -25,6 +25,7 @@ use futures::future::BoxFuture;
 use gm_actors::cancel::CancelToken;
 use gm_actors::file_locks::FileLocks;
 use gm_actors::jobs::Jobs;
+use gm_actors::scheduler::{self, Pool, Scheduler};
 
 use crate::search::calls::CallIndex;
 use crate::search::index::SearchIndex;
@@ -45,7 +46,7 @@ use crate::skills::Skills;
 pub enum Effect {
     /// Reads files or state only.
     Read,
-    /// Writes files.
+    /// Writes files, or changes something outside gm (a POST, a push).
     Write,
     /// Runs a shell: runs alone.
     Shell,
@@ -62,9 +63,29 @@ pub struct Verb {
     pub family: &'static str,
     pub description: &'static str,
     pub effect: Effect,
+    pub traits: Traits,
     pub schema: fn() -> Value,
     pub run: fn(Ctx, &RawValue) -> VerbFuture,
 }
+
+/// How a call behaves while it runs, for the server: whether a cancel may end it and whether
+/// it reports progress. Declared per verb (and per run-loop tool), never by name in the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Traits {
+    /// A `notifications/cancelled` (or the end of the body that called it) stops it where it
+    /// can stop safely, and its call gets no answer: a shell's process group is killed, a
+    /// network transfer is dropped, a wait ends (a git pull that has begun its checkout
+    /// finishes it). A cancel of any other call is logged as `cancel-ignored` and it runs on.
+    pub cancellable: bool,
+    /// With a progressToken in the call's `_meta`, it sends `notifications/progress` while it
+    /// runs.
+    pub progress: bool,
+}
+
+/// A call that answers from local state at once.
+pub const QUICK: Traits = Traits { cancellable: false, progress: false };
+/// A call that can wait long (a process, the network, a big tree): cancellable, with progress.
+pub const LONG: Traits = Traits { cancellable: true, progress: true };
 
 /// What a verb may use: the server's shared handles plus this call's cancel token. Cloned
 /// per call, so the handles sit behind one `Arc` (cloning each actor address would allocate).
@@ -89,6 +110,8 @@ pub struct Shared {
     pub search: Addr<SearchIndex>,
     pub calls: Addr<CallIndex>,
     pub secrets: Arc<SecretsFile>,
+    /// Admits every verb call, whichever surface it came from.
+    pub scheduler: Addr<Scheduler>,
 }
 
 impl std::ops::Deref for Ctx {
@@ -154,11 +177,15 @@ pub fn schema_of<A: JsonSchema>() -> Value {
 
 macro_rules! verb {
     ($name:literal, $family:literal, $effect:expr, $args:ty, $func:path, $desc:literal) => {
+        verb!($name, $family, $effect, QUICK, $args, $func, $desc)
+    };
+    ($name:literal, $family:literal, $effect:expr, $traits:expr, $args:ty, $func:path, $desc:literal) => {
         Verb {
             name: $name,
             family: $family,
             description: $desc,
             effect: $effect,
+            traits: $traits,
             schema: || schema_of::<$args>(),
             run: |ctx, args| {
                 let parsed: Result<$args, VerbError> = parse_args(args);
@@ -186,21 +213,21 @@ pub fn registry() -> &'static [Verb] {
                 "Size, type, mode and modification time of a path; exists: false when there is nothing there."),
             verb!("list_dir", "files", Effect::Read, files::ListDirArgs, files::list_dir,
                 "List a directory's entries sorted by name, in pages (prefix, offset, limit); replies with total and next."),
-            verb!("run_shell", "shell", Effect::Shell, shell::RunShellArgs, shell::run_shell,
+            verb!("run_shell", "shell", Effect::Shell, LONG, shell::RunShellArgs, shell::run_shell,
                 "Run a shell command (bash -c, stdin closed, own process group, runs alone); exit code, stdout, stderr; long output keeps head and tail and is spilled whole to .gm/out/."),
             verb!("job_start", "jobs", Effect::Write, shell::JobStartArgs, shell::job_start,
                 "Start a background job and return at once; its output goes to .gm/jobs/<name>.log and it outlives gm."),
-            verb!("job_status", "jobs", Effect::Read, shell::JobStatusArgs, shell::job_status,
+            verb!("job_status", "jobs", Effect::Read, LONG, shell::JobStatusArgs, shell::job_status,
                 "A job's state, exit code, duration and output tail; with wait (ms) it first waits for the job to end or print more."),
             verb!("job_stop", "jobs", Effect::Write, shell::JobStopArgs, shell::job_stop,
                 "Kill a job's whole process group."),
-            verb!("search", "search", Effect::Read, search::SearchArgs, search::search,
+            verb!("search", "search", Effect::Read, LONG, search::SearchArgs, search::search,
                 "BM25 search over the lines of the workspace's git-tracked text files; identifiers and paths match whole and by their parts."),
-            verb!("grep", "search", Effect::Read, search::GrepArgs, search::grep,
+            verb!("grep", "search", Effect::Read, LONG, search::GrepArgs, search::grep,
                 "Find a literal, regex or whole-word pattern in the workspace's git-tracked files; capped, saying how many matches were left out."),
-            verb!("callers", "code", Effect::Read, search::CallersArgs, search::callers,
+            verb!("callers", "code", Effect::Read, LONG, search::CallersArgs, search::callers,
                 "Call sites of a JavaScript/TypeScript function or method (tree-sitter): file, line, enclosing function; follows import/export aliases and says when a name is ambiguous."),
-            verb!("impact", "code", Effect::Read, search::ImpactArgs, search::impact,
+            verb!("impact", "code", Effect::Read, LONG, search::ImpactArgs, search::impact,
                 "What a change to a function reaches: its callers, their callers, up to depth (default 3), as a graph of nodes and edges with the files."),
             verb!("git_status", "git", Effect::Read, git::NoArgs, git::git_status,
                 "Changed files of the workspace's repository, staged (index) and unstaged (worktree), like git status --porcelain."),
@@ -212,7 +239,7 @@ pub fn registry() -> &'static [Verb] {
                 "Stop tracking paths and delete them (cached: true keeps the files)."),
             verb!("git_commit", "git", Effect::Write, git::CommitArgs, git::git_commit,
                 "Commit the index with the configured author; refuses an empty commit unless allowEmpty."),
-            verb!("git_push", "git", Effect::Write, git::PushArgs, git::git_push,
+            verb!("git_push", "git", Effect::Write, LONG, git::PushArgs, git::git_push,
                 "Push a branch or refspec to a remote (default origin); a non-fast-forward rejection is a clear error."),
             verb!("git_log", "git", Effect::Read, git::LogArgs, git::git_log,
                 "Commits of a revision or range, optionally only those touching a path."),
@@ -220,9 +247,9 @@ pub fn registry() -> &'static [Verb] {
                 "Unified diff with per-file stats: worktree vs index, staged (index vs HEAD), or between revisions."),
             verb!("git_show", "git", Effect::Read, git::ShowArgs, git::git_show,
                 "A commit's metadata, message and diff against its first parent."),
-            verb!("git_fetch", "git", Effect::Write, git::FetchArgs, git::git_fetch,
+            verb!("git_fetch", "git", Effect::Write, LONG, git::FetchArgs, git::git_fetch,
                 "Fetch a remote's branches (default origin)."),
-            verb!("git_pull", "git", Effect::Write, git::PullArgs, git::git_pull,
+            verb!("git_pull", "git", Effect::Write, LONG, git::PullArgs, git::git_pull,
                 "Fetch and fast-forward (ffOnly: false allows a merge commit); a conflict is an error that changes nothing."),
             verb!("git_checkout", "git", Effect::Write, git::CheckoutArgs, git::git_checkout,
                 "Switch to a branch (create: true makes it first) or detach at a revision; refuses to overwrite local changes."),
@@ -256,9 +283,9 @@ pub fn registry() -> &'static [Verb] {
                 "Write a markdown page of the wiki (.gm/wiki/<page>.md), atomically."),
             verb!("wiki_search", "wiki", Effect::Read, search::WikiSearchArgs, search::wiki_search,
                 "Rank the wiki's pages against a query by BM25, with each page's best-matching line."),
-            verb!("ci_status", "git", Effect::Read, ci::CiStatusArgs, ci::ci_status,
+            verb!("ci_status", "git", Effect::Read, LONG, ci::CiStatusArgs, ci::ci_status,
                 "CI runs of HEAD (or rev) through the GitHub CLI on origin's host, every page: state success, failure, pending or none, and each run."),
-            verb!("fetch", "web", Effect::Read, web::FetchArgs, web::fetch,
+            verb!("fetch", "web", Effect::Write, LONG, web::FetchArgs, web::fetch,
                 "One HTTP(S) request (GET by default): status, headers and body; follows up to 20 redirects; a large or binary body is saved under .gm/out/."),
             verb!("query_log", "log", Effect::Read, log::QueryLogArgs, log::query_log,
                 "Read events of the run log (.gm/log.jsonl), filtered by kind and seq."),
@@ -279,14 +306,42 @@ pub fn find(name: &str) -> Option<&'static Verb> {
     registry().iter().find(|v| v.name == name)
 }
 
-/// Runs a verb by name, turning a panic inside it into that call's error.
-pub async fn call(ctx: Ctx, name: &str, args: &RawValue) -> Result<Json, VerbError> {
+/// A verb call's result, and the verbs running when it was admitted (itself included).
+pub struct Called {
+    pub result: Result<Json, VerbError>,
+    pub in_flight: usize,
+}
+
+/// Runs a verb by name: the one place every verb call goes through, from every surface.
+///
+/// The call waits for a verb slot (a shell for the whole pool), then runs; a panic inside it
+/// becomes its error. Waiting for a slot can always be abandoned, since nothing has started;
+/// a running verb is abandoned on cancel only when its traits say it can be.
+pub async fn call(ctx: Ctx, name: &str, args: &RawValue) -> Called {
     use futures::FutureExt;
-    let verb = find(name).ok_or_else(|| VerbError::UnknownVerb(name.to_owned()))?;
-    match std::panic::AssertUnwindSafe((verb.run)(ctx, args)).catch_unwind().await {
+    let Some(verb) = find(name) else {
+        return Called { result: Err(VerbError::UnknownVerb(name.to_owned())), in_flight: 0 };
+    };
+    let cancel = ctx.cancel.clone();
+    let permit = tokio::select! {
+        permit = scheduler::admit(&ctx.scheduler, Pool::Verb, verb.effect == Effect::Shell) => permit,
+        () = cancel.cancelled() => return Called { result: Err(VerbError::Cancelled), in_flight: 0 },
+    };
+    let in_flight = permit.as_ref().map_or(0, |p| p.in_flight);
+    let run = std::panic::AssertUnwindSafe((verb.run)(ctx, args)).catch_unwind().map(|outcome| match outcome {
         Ok(result) => result,
         Err(panic) => Err(VerbError::Internal(format!("verb {name} panicked: {}", panic_message(&panic)))),
-    }
+    });
+    let result = if verb.traits.cancellable {
+        tokio::select! {
+            result = run => result,
+            () = cancel.cancelled() => Err(VerbError::Cancelled),
+        }
+    } else {
+        run.await
+    };
+    drop(permit);
+    Called { result, in_flight }
 }
 
 pub fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {

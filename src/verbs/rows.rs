@@ -18,6 +18,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::files::write_atomic;
+use gm_actors::cancel::CancelToken;
+
 use super::git::{do_fetch, open, push_spec, resolve, signature, GitError};
 use super::paths::lock;
 use super::{Ctx, VerbError};
@@ -372,7 +374,7 @@ struct Closed {
 fn close_on_origin(workspace: &Path, id: &str, witness: &str) -> Result<Closed, VerbError> {
     let refused = |m: String| VerbError::Refused(m);
     let repo: Repository = open(workspace)?;
-    do_fetch(&repo, "origin")?;
+    do_fetch(&repo, "origin", &CancelToken::default())?;
     let main = repo
         .find_reference("refs/remotes/origin/main")
         .ok()
@@ -405,7 +407,7 @@ fn close_on_origin(workspace: &Path, id: &str, witness: &str) -> Result<Closed, 
         .map_err(GitError::from)?;
     let mut remote = repo.find_remote("origin").map_err(GitError::from)?;
     let spec = format!("{commit}:refs/heads/main");
-    push_spec(&repo, &mut remote, &spec)
+    push_spec(&repo, &mut remote, &spec, &CancelToken::default())
         .map_err(|e| refused(format!("the close was not pushed ({e}); nothing changed")))?;
     // Keep the remote-tracking ref and, when it was in step, the local main in step.
     let _ = repo.reference("refs/remotes/origin/main", commit, true, "gm: close pushed");

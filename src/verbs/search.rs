@@ -84,6 +84,7 @@ pub async fn grep(ctx: Ctx, args: GrepArgs) -> Result<GrepResult, VerbError> {
         context,
         path_prefix: prefix(args.path.as_deref())?,
         glob,
+        cancel: ctx.cancel.clone(),
     };
     let workspace = ctx.workspace.clone();
     // Searching files is blocking work: keep it off the arbiter that serves the protocol.

@@ -91,7 +91,8 @@ fn job_error(e: JobError) -> VerbError {
         JobError::UnknownJob(name) => VerbError::UnknownJob(name),
         JobError::DuplicateJob(name) => VerbError::DuplicateJob(name),
         JobError::BadName(_) | JobError::NoCwd(_) => VerbError::InvalidArgs(e.to_string()),
-        JobError::Spawn(_) | JobError::Files { .. } => VerbError::Refused(e.to_string()),
+        JobError::Spawn(_) => VerbError::Unavailable(e.to_string()),
+        JobError::Files { path, source } => VerbError::io("cannot write the job files", &path, source),
     }
 }
 
@@ -219,7 +220,7 @@ pub async fn job_status(ctx: Ctx, args: JobStatusArgs) -> Result<JobInfo, VerbEr
         }
         other => other.map(Duration::from_millis),
     };
-    let msg = JobStatus { name: args.name, wait, tail_bytes: tail };
+    let msg = JobStatus { name: args.name, wait, tail_bytes: tail, cancel: ctx.cancel.clone() };
     let info = ctx.jobs.send(msg).await.map_err(unavailable)?.map_err(job_error)?;
     Ok(redact_info(&ctx, info))
 }

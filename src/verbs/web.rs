@@ -98,12 +98,12 @@ pub async fn fetch(ctx: Ctx, args: FetchArgs) -> Result<FetchReply, VerbError> {
     }
     let failed = |e: reqwest::Error| {
         if e.is_timeout() {
-            VerbError::Refused(format!("the request timed out after {timeout_ms} ms"))
+            VerbError::Timeout(format!("the request timed out after {timeout_ms} ms"))
         } else if e.is_redirect() {
             let why = std::error::Error::source(&e).map(|s| s.to_string()).unwrap_or_else(|| e.to_string());
             VerbError::Refused(why)
         } else {
-            VerbError::Refused(format!("the request failed: {e}"))
+            VerbError::Unavailable(format!("the request failed: {e}"))
         }
     };
     let mut resp = req.send().await.map_err(failed)?;
@@ -139,11 +139,12 @@ pub async fn fetch(ctx: Ctx, args: FetchArgs) -> Result<FetchReply, VerbError> {
             None => body.extend_from_slice(&chunk),
         }
     }
-    let binary = body.contains(&0) || std::str::from_utf8(&body).is_err() && spill.is_none();
+    let text = inline_text(&body, spill.is_some());
+    let binary = text.is_none();
     if binary && spill.is_none() {
         spill = Some(open_spill(&ctx, &body)?);
     }
-    let text = if binary { String::new() } else { String::from_utf8_lossy(&body).into_owned() };
+    let text = text.unwrap_or_default();
     let shown = text.len() as u64;
     Ok(FetchReply {
         status,
@@ -158,6 +159,22 @@ pub async fn fetch(ctx: Ctx, args: FetchArgs) -> Result<FetchReply, VerbError> {
     })
 }
 
+/// The inline part of a body as text, or `None` when the body is binary (a NUL byte, or bytes
+/// that are not UTF-8). When the inline part was cut from a longer body (`cut`), a character
+/// the cut split is left out whole, so the text never holds more than the body's bytes.
+fn inline_text(body: &[u8], cut: bool) -> Option<String> {
+    if body.contains(&0) {
+        return None;
+    }
+    match std::str::from_utf8(body) {
+        Ok(text) => Some(text.to_owned()),
+        Err(e) if cut && e.error_len().is_none() => {
+            std::str::from_utf8(&body[..e.valid_up_to()]).ok().map(str::to_owned)
+        }
+        Err(_) => None,
+    }
+}
+
 /// A file under `.gm/out/` holding what was read so far; the rest is appended to it.
 fn open_spill(ctx: &Ctx, head: &[u8]) -> Result<(std::path::PathBuf, std::fs::File), VerbError> {
     use std::io::Write;
@@ -169,4 +186,20 @@ fn open_spill(ctx: &Ctx, head: &[u8]) -> Result<(std::path::PathBuf, std::fs::Fi
     let mut file = std::fs::File::create(&path).map_err(|e| VerbError::io("cannot save the body", &path, e))?;
     file.write_all(head).map_err(|e| VerbError::io("cannot save the body", &path, e))?;
     Ok((path, file))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_inline_cut_that_splits_a_character_leaves_the_character_out() {
+        let mut body = vec![b'a'; 5];
+        body.extend_from_slice("é".as_bytes());
+        assert_eq!(inline_text(&body[..6], true).as_deref(), Some("aaaaa"));
+        assert_eq!(inline_text(&body, false).as_deref(), Some("aaaaaé"));
+        assert_eq!(inline_text(&body[..6], false), None, "a whole body that ends mid-character is not text");
+        assert_eq!(inline_text(b"a\0b", false), None);
+        assert_eq!(inline_text(&[b'a', 0xff, b'b'], true), None, "bad bytes inside are binary");
+    }
 }

@@ -38,6 +38,15 @@ impl Gm {
         gm
     }
 
+    /// `gm serve <args>` with `env` in a fresh temporary workspace.
+    pub fn start_in_temp(args: &[&str], env: &[(&str, &str)]) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let workspace = dir.path().canonicalize().expect("canonical");
+        let mut gm = Self::start_in(&workspace, args, env);
+        gm._dir = Some(dir);
+        gm
+    }
+
     pub fn start_in(workspace: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
         let mut cmd = Command::new(gm_bin());
         cmd.arg("serve").args(args).current_dir(workspace);
