@@ -108,7 +108,7 @@ fn main() -> ExitCode {
             page_size: sub.get_one::<usize>("page-size").copied().unwrap_or(DEFAULT_PAGE_SIZE),
         };
         return match serve::serve(opts) {
-            Ok(()) => ExitCode::SUCCESS,
+            Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
             Err(e) => {
                 eprintln!("gm: {e}");
                 ExitCode::FAILURE

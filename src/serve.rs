@@ -9,6 +9,7 @@ use gm_actors::jobs::{Jobs, TakeStartupEvents};
 use gm_actors::js_engine::JsEngines;
 use gm_actors::log_writer::{Event, LogError, LogWriter};
 use gm_actors::scheduler::Scheduler;
+use gm_actors::sys;
 use gm_actors::transport::{spawn_stdin_reader, StdoutWriter};
 use serde_json::{json, Value};
 
@@ -16,7 +17,7 @@ use crate::gitignore;
 use crate::search::calls::CallIndex;
 use crate::search::index::SearchIndex;
 use crate::secrets::SecretsFile;
-use crate::server::{App, Server};
+use crate::server::{App, Server, Stop};
 use crate::skills::Skills;
 use crate::surface::Surface;
 use crate::verbs::{self, Ctx, Shared, VerbError};
@@ -94,8 +95,8 @@ pub fn new_run_id() -> String {
     format!("{stamp}-{}", &id[..8])
 }
 
-/// Serves MCP on stdio until stdin closes.
-pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
+/// Serves MCP on stdio until stdin closes or a signal stops it; returns the exit code.
+pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
     let workspace = workspace(&opts.workspace)?;
     let system = System::new();
     let started: Result<(), ServeError> = system.block_on(async {
@@ -161,11 +162,23 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
             progress_every: env_millis("GM_PROGRESS_INTERVAL_MS").unwrap_or(PROGRESS_EVERY),
         };
         let server = Server::new(app).start();
-        spawn_stdin_reader(opts.max_line_bytes, server.recipient()).map_err(ServeError::Stdin)?;
+        spawn_stdin_reader(opts.max_line_bytes, server.clone().recipient()).map_err(ServeError::Stdin)?;
+        // SIGINT, SIGTERM and SIGHUP end what gm started, then gm.
+        actix::spawn(async move {
+            match sys::stop_signal().await {
+                Ok(signal) => server.do_send(Stop::Signal(signal)),
+                Err(e) => eprintln!("gm: cannot watch for signals: {e}"),
+            }
+        });
         Ok(())
     });
-    started?;
-    system.run().map_err(ServeError::System)
+    let code = match started {
+        Ok(()) => system.run_with_code().map_err(ServeError::System),
+        Err(e) => Err(e),
+    };
+    // stdin's flags are shared with the parent: give them back however gm stops.
+    sys::restore_stdin();
+    code
 }
 
 /// Runs one verb in `workspace` and returns its result or its structured error.

@@ -54,6 +54,8 @@ struct Session {
     next_body: u64,
     /// Calls in progress, by request id, and how to cancel them.
     running: HashMap<String, Running>,
+    /// gm is stopping: a second stop is ignored.
+    stopping: bool,
 }
 
 #[derive(Clone)]
@@ -360,30 +362,90 @@ impl Handler<Incoming> for Server {
                 let err = RpcError::new(jsonrpc::PARSE_ERROR, "parse error: the line is not valid UTF-8");
                 self.send(jsonrpc::error(&Value::Null, &err));
             }
-            Incoming::Closed => {
-                let log = self.app.ctx.log.clone();
-                let session = self.session.clone();
-                let jobs = self.app.ctx.jobs.clone();
-                actix::spawn(async move {
-                    // Calls still running get a short grace to reply (the client may still
-                    // read stdout); gm is gone within a second either way.
-                    let deadline = Instant::now() + SHUTDOWN_GRACE;
-                    while !session.borrow().running.is_empty() && Instant::now() < deadline {
-                        tokio::time::sleep(Duration::from_millis(5)).await;
-                    }
-                    let unfinished = session.borrow().running.len();
-                    // Foreground shells end with gm; background jobs outlive it.
-                    let _ = jobs.send(KillForeground).await;
-                    if let Some(log) = log {
-                        log.do_send(Event::new(
-                            "stop",
-                            json!({ "reason": "stdin closed", "unfinishedCalls": unfinished }),
-                        ));
-                        let _ = tokio::time::timeout(Duration::from_millis(500), log.send(Flush)).await;
-                    }
-                    System::current().stop();
-                });
+            Incoming::Closed => self.shutdown(Stop::StdinClosed),
+        }
+    }
+}
+
+/// Why gm stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Message)]
+#[rtype(result = "()")]
+pub enum Stop {
+    /// The client closed stdin: calls still running get a short grace to reply.
+    StdinClosed,
+    /// A signal (SIGINT, SIGTERM, SIGHUP, by number): what gm started ends now.
+    Signal(i32),
+}
+
+impl Stop {
+    /// The process's exit code: 0 for a closed stdin, 128 + the signal's number for a signal,
+    /// as a shell reports a process a signal ended.
+    pub fn exit_code(self) -> i32 {
+        match self {
+            Stop::StdinClosed => 0,
+            Stop::Signal(n) => 128 + n,
+        }
+    }
+}
+
+impl Handler<Stop> for Server {
+    type Result = ();
+    fn handle(&mut self, stop: Stop, _: &mut Context<Self>) {
+        self.shutdown(stop);
+    }
+}
+
+impl Server {
+    /// Ends the server: running calls (their bodies and foreground shells) are stopped, the
+    /// `stop` event is synced to the log, and the actor system stops with the exit code.
+    /// Background jobs outlive gm. A second stop while the first is under way changes nothing.
+    fn shutdown(&self, stop: Stop) {
+        if std::mem::replace(&mut self.session.borrow_mut().stopping, true) {
+            return;
+        }
+        let log = self.app.ctx.log.clone();
+        let session = self.session.clone();
+        let jobs = self.app.ctx.jobs.clone();
+        actix::spawn(async move {
+            let grace = match stop {
+                // The client may still read stdout: give calls a moment to reply.
+                Stop::StdinClosed => SHUTDOWN_GRACE,
+                Stop::Signal(_) => Duration::ZERO,
+            };
+            let deadline = Instant::now() + grace;
+            while !session.borrow().running.is_empty() && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(5)).await;
             }
+            let unfinished = {
+                let s = session.borrow();
+                for running in s.running.values() {
+                    if let Running::Cancellable(token) = running {
+                        token.cancel();
+                    }
+                }
+                s.running.len()
+            };
+            // Foreground shells end with gm, whichever call started them; background jobs
+            // outlive it.
+            let _ = jobs.send(KillForeground).await;
+            if let Some(log) = log {
+                let mut fields = json!({ "reason": stop.reason(), "unfinishedCalls": unfinished });
+                if let Stop::Signal(n) = stop {
+                    fields["signal"] = json!(gm_actors::sys::signal_name(n));
+                }
+                log.do_send(Event::new("stop", fields));
+                let _ = tokio::time::timeout(Duration::from_millis(500), log.send(Flush)).await;
+            }
+            System::current().stop_with_code(stop.exit_code());
+        });
+    }
+}
+
+impl Stop {
+    fn reason(self) -> &'static str {
+        match self {
+            Stop::StdinClosed => "stdin closed",
+            Stop::Signal(_) => "signal",
         }
     }
 }

@@ -19,6 +19,7 @@ use tokio::io::AsyncReadExt;
 
 use crate::cancel::CancelToken;
 use crate::capture::{Capture, Captured, Redactor};
+use crate::sys;
 
 /// Time a group gets between SIGTERM and SIGKILL.
 pub const KILL_GRACE: Duration = Duration::from_millis(500);
@@ -356,7 +357,7 @@ impl Jobs {
         ctx.run_later(Duration::from_millis(left), move |act, _| {
             let Some(meta) = act.jobs.get(&name).cloned() else { return };
             if act.info(&meta, 0).state == JobState::Running {
-                kill_group(meta.pid as i32);
+                sys::kill_group(meta.pid as i32);
                 act.mark_ended(&name, JobState::TimedOut);
             }
         });
@@ -423,7 +424,7 @@ impl Jobs {
             command: msg.command,
             cwd: msg.cwd,
             pid,
-            proc_start: proc_start_ticks(pid),
+            proc_start: sys::process_start_ticks(pid),
             started_ms: now_ms(),
             timeout_ms: msg.timeout.map(|t| t.as_millis() as u64),
             ended_by: None,
@@ -450,7 +451,7 @@ impl Actor for Jobs {
 
     fn stopping(&mut self, _: &mut Context<Self>) -> Running {
         for pgid in self.foreground.drain() {
-            kill_group(pgid);
+            sys::kill_group(pgid);
         }
         Running::Stop
     }
@@ -657,7 +658,7 @@ impl Handler<KillForeground> for Jobs {
     fn handle(&mut self, _: KillForeground, _: &mut Context<Self>) -> usize {
         let n = self.foreground.len();
         for pgid in self.foreground.drain() {
-            kill_group(pgid);
+            sys::kill_group(pgid);
         }
         n
     }
@@ -745,18 +746,18 @@ async fn wait_shell(mut child: tokio::process::Child, spec: ShellSpec, cancel: C
             }
             () = cancel.cancelled(), if !cancelled && !timed_out && status.is_none() => {
                 cancelled = true;
-                kill_group(pgid);
+                sys::kill_group(pgid);
             }
             () = drain => {
                 // The shell is gone but something it started still holds the pipes: end it.
-                kill_group(pgid);
+                sys::kill_group(pgid);
                 stdout = None;
                 stderr = None;
             }
         }
     }
     // Nothing of the group may outlive a foreground shell.
-    kill_group(pgid);
+    sys::kill_group(pgid);
     let (exit_code, signal) = match status {
         Some(Ok(s)) => (s.code(), std::os::unix::process::ExitStatusExt::signal(&s)),
         _ => (None, None),
@@ -788,55 +789,23 @@ async fn terminate_group(pgid: i32, alive: impl Fn() -> bool) {
     if pgid <= 0 {
         return;
     }
-    // SAFETY: kill(2) with a negative pid signals that process group; no memory is touched.
-    unsafe { libc::kill(-pgid, libc::SIGTERM) };
+    sys::term_group(pgid);
     let deadline = Instant::now() + KILL_GRACE;
-    while Instant::now() < deadline && alive() && group_exists(pgid) {
+    while Instant::now() < deadline && alive() && sys::group_exists(pgid) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    kill_group(pgid);
-}
-
-fn kill_group(pgid: i32) {
-    if pgid > 0 {
-        // SAFETY: as above.
-        unsafe { libc::kill(-pgid, libc::SIGKILL) };
-    }
-}
-
-fn group_exists(pgid: i32) -> bool {
-    // SAFETY: signal 0 checks for existence only.
-    unsafe { libc::kill(-pgid, 0) == 0 }
+    sys::kill_group(pgid);
 }
 
 /// Whether `pid` is alive and is the process that was started (same start time).
 fn process_matches(pid: u32, start: Option<u64>) -> bool {
-    // SAFETY: signal 0 checks for existence only.
-    let exists = unsafe { libc::kill(pid as i32, 0) == 0 };
-    if !exists {
+    if !sys::process_exists(pid) {
         return false;
     }
-    if is_zombie(pid) {
-        return false;
-    }
-    match (start, proc_start_ticks(pid)) {
+    match (start, sys::process_start_ticks(pid)) {
         (Some(a), Some(b)) => a == b,
         _ => true,
     }
-}
-
-/// Field 22 of /proc/<pid>/stat: the start time in clock ticks since boot.
-fn proc_start_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after = &stat[stat.rfind(')')? + 2..];
-    after.split_whitespace().nth(19)?.parse().ok()
-}
-
-fn is_zombie(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| s.rfind(')').map(|i| s[i + 2..].starts_with('Z')))
-        .unwrap_or(false)
 }
 
 fn valid_name(name: &str) -> bool {
@@ -887,7 +856,7 @@ mod tests {
     #[test]
     fn this_process_matches_its_own_start_time() {
         let me = std::process::id();
-        let start = proc_start_ticks(me);
+        let start = sys::process_start_ticks(me);
         assert!(start.is_some());
         assert!(process_matches(me, start));
         assert!(!process_matches(me, start.map(|s| s + 1)));

@@ -11,6 +11,9 @@
 //! - [`jobs`]: every process gm starts: foreground shells and background jobs, in process
 //!   groups; [`capture`] keeps their output's head and tail and spills the whole.
 //!
+//! - [`sys`]: every OS call beyond the standard library (stdin flags, process groups,
+//!   signals, `/proc`), so a port to another OS changes one module.
+//!
 //! McpClient and Updater are later actors; they follow the same shape.
 
 pub mod cancel;
@@ -20,4 +23,5 @@ pub mod jobs;
 pub mod js_engine;
 pub mod log_writer;
 pub mod scheduler;
+pub mod sys;
 pub mod transport;

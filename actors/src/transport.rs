@@ -8,6 +8,8 @@ use std::io::{BufRead, Write};
 
 use actix::prelude::*;
 
+use crate::sys;
+
 /// One unit read from stdin.
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
@@ -52,48 +54,20 @@ impl std::os::fd::AsRawFd for StdinFd {
 }
 
 fn pollable_stdin() -> Option<tokio::io::unix::AsyncFd<StdinFd>> {
-    // SAFETY: fcntl on fd 0 with F_GETFL/F_SETFL touches no memory of ours.
-    let flags = unsafe { libc::fcntl(0, libc::F_GETFL) };
-    if flags < 0 {
-        return None;
-    }
     // SAFETY: fd 0 stays open, naming the same file description, for the whole process:
     // nothing in gm closes or replaces stdin.
     let fd = unsafe { tokio::io::unix::AsyncFd::register_with_interest(StdinFd, tokio::io::Interest::READABLE).ok()? };
-    // SAFETY: as above.
-    if unsafe { libc::fcntl(0, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
-        return None;
-    }
-    Some(fd)
-}
-
-/// Whether a short read from fd 0 means it was drained: true of a pipe or a socket (a read
-/// returns what is there, up to the buffer), not of a terminal (a read returns one line).
-fn short_read_drains_stdin() -> bool {
-    // SAFETY: fstat writes into the zeroed stat we own.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    if unsafe { libc::fstat(0, &mut st) } != 0 {
-        return false;
-    }
-    matches!(st.st_mode & libc::S_IFMT, libc::S_IFIFO | libc::S_IFSOCK)
+    sys::set_stdin_nonblocking().then_some(fd)
 }
 
 async fn read_polled(fd: tokio::io::unix::AsyncFd<StdinFd>, max_line: usize, sink: Recipient<Incoming>) {
     let mut splitter = LineSplitter::new(max_line);
     let mut buf = vec![0u8; 64 * 1024];
     let mut emit = |m| sink.do_send(m);
-    let drains = short_read_drains_stdin();
+    let drains = sys::stdin_is_pipe_or_socket();
     loop {
         let Ok(mut guard) = fd.readable().await else { break };
-        let read = guard.try_io(|_| {
-            // SAFETY: reads at most buf.len() bytes into buf, which we own.
-            let n = unsafe { libc::read(0, buf.as_mut_ptr().cast(), buf.len()) };
-            if n < 0 {
-                Err(std::io::Error::last_os_error())
-            } else {
-                Ok(n as usize)
-            }
-        });
+        let read = guard.try_io(|_| sys::read_stdin(&mut buf));
         match read {
             Ok(Ok(0)) => break,
             Ok(Ok(n)) => {

@@ -5,7 +5,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
@@ -19,7 +19,7 @@ pub fn gm_bin() -> &'static str {
 
 pub struct Gm {
     child: Child,
-    stdin: Option<ChildStdin>,
+    stdin: Option<Box<dyn Write + Send>>,
     lines: Receiver<String>,
     /// Replies read while waiting for another id.
     pending: Vec<Value>,
@@ -48,13 +48,45 @@ impl Gm {
     }
 
     pub fn start_in(workspace: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::spawn(workspace, args, env, None)
+    }
+
+    /// `gm serve <args>` whose stdin is a pipe the test made; returns the pipe's read end too
+    /// (a second descriptor of the open file gm reads), to look at the flags gm leaves on it.
+    pub fn start_with_own_pipe(args: &[&str]) -> (Self, std::os::fd::OwnedFd) {
+        use std::os::fd::FromRawFd;
+        let mut fds = [0; 2];
+        // SAFETY: pipe2(2) writes two new descriptors into the array we own. Close-on-exec, so
+        // that gm inherits only the read end, as its stdin.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0, "pipe");
+        // SAFETY: both descriptors were just made and are owned by nobody else.
+        let (read, write) = unsafe { (std::os::fd::OwnedFd::from_raw_fd(fds[0]), std::fs::File::from_raw_fd(fds[1])) };
+        let ours = read.try_clone().expect("dup");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let workspace = dir.path().canonicalize().expect("canonical");
+        let mut gm = Self::spawn(&workspace, args, &[], Some((Stdio::from(read), Box::new(write))));
+        gm._dir = Some(dir);
+        (gm, ours)
+    }
+
+    fn spawn(
+        workspace: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+        stdin: Option<(Stdio, Box<dyn Write + Send>)>,
+    ) -> Self {
         let mut cmd = Command::new(gm_bin());
         cmd.arg("serve").args(args).current_dir(workspace);
         for (k, v) in env {
             cmd.env(k, v);
         }
+        let (stdin_of_child, writer) = match stdin {
+            Some((child, writer)) => (child, Some(writer)),
+            None => (Stdio::piped(), None),
+        };
         let mut child =
-            cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("spawn gm");
+            cmd.stdin(stdin_of_child).stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("spawn gm");
+        let writer = writer.or_else(|| child.stdin.take().map(|s| Box::new(s) as Box<dyn Write + Send>));
         let stdout = child.stdout.take().expect("stdout");
         let (tx, rx) = channel();
         std::thread::spawn(move || {
@@ -66,7 +98,7 @@ impl Gm {
             }
         });
         Self {
-            stdin: child.stdin.take(),
+            stdin: writer,
             child,
             lines: rx,
             pending: Vec::new(),
@@ -197,6 +229,12 @@ impl Gm {
             }
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+
+    /// Sends `signal` to the gm process.
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(self.child.id() as i32, signal) };
     }
 
     pub fn pid(&self) -> u32 {

@@ -1,0 +1,146 @@
+//! Every call gm makes to the operating system beyond the standard library: stdin's file
+//! flags, process groups and signals, and `/proc`. A port to another OS changes this module.
+//!
+//! Only Linux (x86_64) is built and tested; the `cfg` branches keep the rest compiling where
+//! an equivalent exists.
+
+use std::sync::atomic::{AtomicI32, Ordering};
+
+/// stdin's file status flags before gm changed them, or -1 when it did not.
+static STDIN_FLAGS: AtomicI32 = AtomicI32::new(-1);
+
+/// Puts stdin in non-blocking mode (so it can be polled on the arbiter) and remembers how it
+/// was, for [`restore_stdin`]. False when stdin cannot be changed.
+pub fn set_stdin_nonblocking() -> bool {
+    // SAFETY: fcntl on fd 0 with F_GETFL/F_SETFL touches no memory of ours.
+    let flags = unsafe { libc::fcntl(0, libc::F_GETFL) };
+    if flags < 0 {
+        return false;
+    }
+    // SAFETY: as above.
+    if unsafe { libc::fcntl(0, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+        return false;
+    }
+    STDIN_FLAGS.store(flags, Ordering::SeqCst);
+    true
+}
+
+/// Gives stdin back the flags it had before [`set_stdin_nonblocking`]. The flags belong to the
+/// open file description, which the parent shares: left non-blocking, the parent's next read
+/// of its terminal or pipe fails with EAGAIN.
+pub fn restore_stdin() {
+    let flags = STDIN_FLAGS.swap(-1, Ordering::SeqCst);
+    if flags >= 0 {
+        // SAFETY: as above.
+        unsafe { libc::fcntl(0, libc::F_SETFL, flags) };
+    }
+}
+
+/// Whether a short read from fd 0 means it was drained: true of a pipe or a socket (a read
+/// returns what is there, up to the buffer), not of a terminal (a read returns one line).
+pub fn stdin_is_pipe_or_socket() -> bool {
+    // SAFETY: fstat writes into the zeroed stat we own.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(0, &mut st) } != 0 {
+        return false;
+    }
+    matches!(st.st_mode & libc::S_IFMT, libc::S_IFIFO | libc::S_IFSOCK)
+}
+
+/// Reads at most `buf.len()` bytes from fd 0.
+pub fn read_stdin(buf: &mut [u8]) -> std::io::Result<usize> {
+    // SAFETY: reads at most buf.len() bytes into buf, which we own.
+    let n = unsafe { libc::read(0, buf.as_mut_ptr().cast(), buf.len()) };
+    if n < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// SIGKILL to a whole process group.
+pub fn kill_group(pgid: i32) {
+    signal_group(pgid, libc::SIGKILL);
+}
+
+/// SIGTERM to a whole process group.
+pub fn term_group(pgid: i32) {
+    signal_group(pgid, libc::SIGTERM);
+}
+
+fn signal_group(pgid: i32, signal: i32) {
+    if pgid > 0 {
+        // SAFETY: kill(2) with a negative pid signals that process group; no memory is touched.
+        unsafe { libc::kill(-pgid, signal) };
+    }
+}
+
+/// Whether a process group still has members.
+pub fn group_exists(pgid: i32) -> bool {
+    // SAFETY: signal 0 checks for existence only.
+    pgid > 0 && unsafe { libc::kill(-pgid, 0) == 0 }
+}
+
+/// Whether a process with this pid exists (a zombie counts as gone).
+pub fn process_exists(pid: u32) -> bool {
+    // SAFETY: signal 0 checks for existence only.
+    let exists = unsafe { libc::kill(pid as i32, 0) == 0 };
+    exists && !is_zombie(pid)
+}
+
+/// Field 22 of /proc/<pid>/stat: the start time in clock ticks since boot, so that a reused
+/// pid is not mistaken for the process that had it.
+pub fn process_start_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 2..];
+    after.split_whitespace().nth(19)?.parse().ok()
+}
+
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rfind(')').map(|i| s[i + 2..].starts_with('Z')))
+        .unwrap_or(false)
+}
+
+/// The signals that end gm: SIGINT, SIGTERM and SIGHUP.
+pub const STOP_SIGNALS: [i32; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+
+/// A signal's name, for the log.
+pub fn signal_name(signal: i32) -> String {
+    match signal {
+        libc::SIGINT => "SIGINT".into(),
+        libc::SIGTERM => "SIGTERM".into(),
+        libc::SIGHUP => "SIGHUP".into(),
+        libc::SIGKILL => "SIGKILL".into(),
+        libc::SIGSEGV => "SIGSEGV".into(),
+        libc::SIGABRT => "SIGABRT".into(),
+        other => format!("signal {other}"),
+    }
+}
+
+/// Resolves when one of [`STOP_SIGNALS`] arrives, with its number. Call inside a tokio
+/// runtime; the handlers stay installed for the life of the process.
+pub async fn stop_signal() -> std::io::Result<i32> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut term = signal(SignalKind::terminate())?;
+    let mut hup = signal(SignalKind::hangup())?;
+    Ok(tokio::select! {
+        _ = int.recv() => libc::SIGINT,
+        _ = term.recv() => libc::SIGTERM,
+        _ = hup.recv() => libc::SIGHUP,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_exists_and_its_start_time_is_read() {
+        let me = std::process::id();
+        assert!(process_exists(me));
+        assert!(process_start_ticks(me).is_some());
+    }
+}
