@@ -7,6 +7,7 @@
 //! - [`surface`]: the default surface (`next_context`, `run_code`, `finish`) and
 //!   `--surface tools`, both derived from the verb registry.
 //! - [`run`]: the run loop's tools: a step, a JS body, the end of a run.
+//! - [`run_state`]: the run's id, task and step in `.gm/run.json`, so a restart continues it.
 //! - [`verbs`]: the registry and the verbs themselves, as plain library code.
 //! - [`search`]: tracked files, grep, the BM25 line index and the wiki, as library code.
 //! - [`js`]: the bridge from run_code bodies to verbs (`gm.<verb>(args)`).
@@ -24,6 +25,7 @@ pub mod gitignore;
 pub mod js;
 pub mod protocol;
 pub mod run;
+pub mod run_state;
 pub mod search;
 pub mod secrets;
 pub mod serve;

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{value_parser, Arg, ArgAction, ArgMatches, Command};
+use gm::run_state::DEFAULT_STEP_BUDGET;
 use gm::serve::{self, ServeOptions, DEFAULT_MAX_INFLIGHT, DEFAULT_MAX_LINE_BYTES, DEFAULT_PAGE_SIZE};
 use gm::surface::Surface;
 use gm::verbs;
@@ -50,6 +51,12 @@ fn cli() -> Command {
                         .long("max-line-bytes")
                         .value_parser(value_parser!(usize))
                         .help(format!("Longest JSON-RPC message read; longer ones are dropped unread with an error [default: {DEFAULT_MAX_LINE_BYTES}]")),
+                )
+                .arg(
+                    Arg::new("step-budget")
+                        .long("step-budget")
+                        .value_parser(value_parser!(u64).range(1..))
+                        .help(format!("Steps a run may take unless its task sets another budget [default: {DEFAULT_STEP_BUDGET}]")),
                 )
                 .arg(
                     Arg::new("page-size")
@@ -106,6 +113,7 @@ fn main() -> ExitCode {
             max_inflight: sub.get_one::<usize>("max-inflight").copied().unwrap_or(DEFAULT_MAX_INFLIGHT),
             max_line_bytes: sub.get_one::<usize>("max-line-bytes").copied().unwrap_or(DEFAULT_MAX_LINE_BYTES),
             page_size: sub.get_one::<usize>("page-size").copied().unwrap_or(DEFAULT_PAGE_SIZE),
+            step_budget: sub.get_one::<u64>("step-budget").copied().unwrap_or(DEFAULT_STEP_BUDGET),
         };
         return match serve::serve(opts) {
             Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),

@@ -12,6 +12,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
+use crate::run_state::RunState;
 use crate::server::App;
 use crate::verbs::rows::{load_all, Kind, State as RowState};
 use crate::verbs::{parse_args, Json, VerbError};
@@ -23,10 +24,12 @@ pub const BACKGROUND_LIFETIME: Duration = Duration::from_secs(3600);
 const RECENT_EVENTS: usize = 10;
 
 #[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct NextContextArgs {
     /// Sets (or replaces) the run's task.
     pub task: Option<String>,
+    /// Sets how many steps the run may take in all (default: gm serve --step-budget, else 200).
+    pub step_budget: Option<u64>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -49,15 +52,9 @@ pub struct FinishArgs {
     pub stop_background: Option<bool>,
 }
 
-/// The step's state the server keeps per connection.
-#[derive(Debug, Default, Clone)]
-pub struct RunState {
-    pub task: Option<String>,
-    pub step: u64,
-    pub finished: bool,
-}
-
-pub async fn next_context(app: &App, state: RunState) -> Result<Value, VerbError> {
+/// One step of the run. `resumed` is the step an earlier gm had reached, on the first step
+/// this gm serves of a run it took over.
+pub async fn next_context(app: &App, state: RunState, resumed: Option<u64>) -> Result<Value, VerbError> {
     let (rules, rules_error) = match app.ctx.skills.rules() {
         Ok(r) => (r, None),
         Err(e) => (Vec::new(), Some(e.to_string())),
@@ -74,8 +71,10 @@ pub async fn next_context(app: &App, state: RunState) -> Result<Value, VerbError
         .map(|j| json!({ "name": j.name, "kind": j.kind, "command": j.command, "durationMs": j.duration_ms, "logBytes": j.log_bytes }))
         .collect();
     let mut v = json!({
-        "runId": app.run_id,
+        "runId": state.run_id,
         "step": state.step,
+        "stepBudget": state.step_budget,
+        "stepsLeft": state.steps_left(),
         "task": state.task,
         "rules": rules,
         "rulesFrom": "skill://gm/SKILL.md",
@@ -88,11 +87,16 @@ pub async fn next_context(app: &App, state: RunState) -> Result<Value, VerbError
     if let Some(e) = rules_error {
         v["rulesError"] = json!(e);
     }
+    if let Some(step) = resumed {
+        v["resumed"] = json!({
+            "afterStep": step,
+            "message": format!("gm restarted: this run continues from step {step}; check what the log says was done before building on it"),
+        });
+    }
     Ok(v)
 }
 
-pub async fn finish(app: &App, args: &RawValue, state: RunState) -> Result<Value, VerbError> {
-    let args: FinishArgs = parse_args(args)?;
+pub async fn finish(app: &App, args: FinishArgs, state: RunState) -> Result<Value, VerbError> {
     let gaps = args.gaps.unwrap_or_default();
     let stopped = if args.stop_background.unwrap_or(false) {
         app.ctx.jobs.send(StopBodies).await.unwrap_or_default()
@@ -109,7 +113,7 @@ pub async fn finish(app: &App, args: &RawValue, state: RunState) -> Result<Value
         last_seq = log.send(Flush).await.ok().and_then(Result::ok);
     }
     Ok(
-        json!({ "runId": app.run_id, "steps": state.step, "gaps": gaps, "lastSeq": last_seq, "stoppedBackground": stopped }),
+        json!({ "runId": state.run_id, "steps": state.step, "gaps": gaps, "lastSeq": last_seq, "stoppedBackground": stopped }),
     )
 }
 

@@ -14,6 +14,7 @@ use gm_actors::transport::{spawn_stdin_reader, StdoutWriter};
 use serde_json::{json, Value};
 
 use crate::gitignore;
+use crate::run_state::{Loaded, RunState, RunStateFile};
 use crate::search::calls::CallIndex;
 use crate::search::index::SearchIndex;
 use crate::secrets::SecretsFile;
@@ -40,6 +41,8 @@ pub struct ServeOptions {
     pub max_inflight: usize,
     pub max_line_bytes: usize,
     pub page_size: usize,
+    /// Steps a new run may take unless its task sets another budget.
+    pub step_budget: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -100,9 +103,15 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
     let workspace = workspace(&opts.workspace)?;
     let system = System::new();
     let started: Result<(), ServeError> = system.block_on(async {
-        let run_id = new_run_id();
         let state_dir = workspace.join(".gm");
-        let (writer, report) = LogWriter::open(&state_dir.join("log.jsonl"), &run_id)?;
+        // An unfinished run left by an earlier gm is continued; otherwise a new one starts.
+        let run_file = RunStateFile::new(&state_dir);
+        let (run, resumed, run_state_error) = match run_file.load() {
+            Loaded::Unfinished(run) => (run, true, None),
+            Loaded::None => (RunState::new(new_run_id(), opts.step_budget), false, None),
+            Loaded::Unreadable(why) => (RunState::new(new_run_id(), opts.step_budget), false, Some(why)),
+        };
+        let (writer, report) = LogWriter::open(&state_dir.join("log.jsonl"), &run.run_id)?;
         let log = writer.start();
         let skills = Arc::new(Skills::locate());
         let jobs = Jobs::new(state_dir.join("jobs")).start();
@@ -129,8 +138,15 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
                 "skills": skills.source(),
                 "previousSeq": report.last_seq,
                 "repairedBytes": report.repaired_bytes,
+                "resumed": resumed.then(|| json!({ "step": run.step, "task": run.task })),
             }),
         ));
+        if let Some(why) = run_state_error {
+            log.do_send(Event::new(
+                "run-state",
+                json!({ "state": "unreadable", "error": why, "then": "a new run started" }),
+            ));
+        }
         match gitignore::ensure(&workspace, GITIGNORE_LINES) {
             Ok(gitignore::Outcome::Added(lines)) if !lines.is_empty() => {
                 log.do_send(Event::new("gitignore", json!({ "added": lines })));
@@ -154,14 +170,15 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
         let app = App {
             ctx,
             surface: opts.surface,
-            run_id,
+            run_file,
+            step_budget: opts.step_budget,
             js,
             out: StdoutWriter::default().start(),
             max_line_bytes: opts.max_line_bytes,
             page_size: opts.page_size.max(1),
             progress_every: env_millis("GM_PROGRESS_INTERVAL_MS").unwrap_or(PROGRESS_EVERY),
         };
-        let server = Server::new(app).start();
+        let server = Server::new(app, run, resumed).start();
         spawn_stdin_reader(opts.max_line_bytes, server.clone().recipient()).map_err(ServeError::Stdin)?;
         // SIGINT, SIGTERM and SIGHUP end what gm started, then gm.
         actix::spawn(async move {

@@ -14,7 +14,7 @@ use futures::future::{join_all, LocalBoxFuture};
 use futures::FutureExt;
 use gm_actors::jobs::KillForeground;
 use gm_actors::js_engine::{CancelToken, JsEngines};
-use gm_actors::log_writer::{Event, Flush};
+use gm_actors::log_writer::{Event, Flush, SetRun};
 use gm_actors::scheduler;
 use gm_actors::transport::{Incoming, Send as SendLine, StdoutWriter};
 use serde_json::value::RawValue;
@@ -23,7 +23,8 @@ use serde_json::{json, Map, Value};
 use crate::js::millis;
 use crate::protocol::jsonrpc::{self, Message, RpcError};
 use crate::protocol::mcp;
-use crate::run::{self, RunState, ToolOutput};
+use crate::run::{self, ToolOutput};
+use crate::run_state::{RunState, RunStateFile};
 use crate::skills;
 use crate::surface::{self, Surface};
 use crate::verbs::{self, Ctx, Traits, VerbError};
@@ -35,7 +36,10 @@ const SHUTDOWN_GRACE: Duration = Duration::from_millis(700);
 pub struct App {
     pub ctx: Ctx,
     pub surface: Surface,
-    pub run_id: String,
+    /// Where the run's state is kept between gm processes.
+    pub run_file: RunStateFile,
+    /// The step budget of a new run, unless its first step sets one.
+    pub step_budget: u64,
     pub js: JsEngines,
     pub out: Addr<StdoutWriter>,
     pub max_line_bytes: usize,
@@ -46,11 +50,12 @@ pub struct App {
 
 /// Per-connection state. Owned by the server actor; its futures (same thread) borrow it
 /// briefly and never across an await.
-#[derive(Default)]
 struct Session {
     protocol: Option<&'static str>,
     skill_read: bool,
     run: RunState,
+    /// The step an earlier gm had reached, until the first step this gm serves says so.
+    resumed: Option<u64>,
     next_body: u64,
     /// Calls in progress, by request id, and how to cancel them.
     running: HashMap<String, Running>,
@@ -70,8 +75,18 @@ pub struct Server {
 }
 
 impl Server {
-    pub fn new(app: App) -> Self {
-        Self { app: Rc::new(app), session: Rc::new(RefCell::new(Session::default())) }
+    /// A server for `run`; `resumed` when an earlier gm left it unfinished.
+    pub fn new(app: App, run: RunState, resumed: bool) -> Self {
+        let session = Session {
+            protocol: None,
+            skill_read: false,
+            resumed: resumed.then_some(run.step),
+            run,
+            next_body: 0,
+            running: HashMap::new(),
+            stopping: false,
+        };
+        Self { app: Rc::new(app), session: Rc::new(RefCell::new(session)) }
     }
 
     fn send(&self, v: Value) {
@@ -306,7 +321,12 @@ impl Server {
         let mut body = skills::body(&text).to_owned();
         if name == "gm" {
             if let Some(task) = args.get("task").and_then(Value::as_str).filter(|t| !t.trim().is_empty()) {
-                self.session.borrow_mut().run.task = Some(task.to_owned());
+                let state = {
+                    let mut s = self.session.borrow_mut();
+                    s.run.task = Some(task.to_owned());
+                    s.run.clone()
+                };
+                save_run(&self.app, &state);
                 body.push_str(&format!("\n\n## Task\n\n{task}\n"));
             }
         }
@@ -523,18 +543,19 @@ async fn call_tool(
     if was_cancelled {
         return None;
     }
+    let run_id = session.borrow().run.run_id.clone();
     let line = match outcome {
         Ok(ToolOutput { value, extra, .. }) => {
             let value = secrets.redact_json(value);
             let extra = extra.map(|t| secrets.redactor.redact(&t));
-            mcp::tool_result_line(&id, &value, false, &app.run_id, extra.as_deref())
+            mcp::tool_result_line(&id, &value, false, &run_id, extra.as_deref())
         }
         Err(mut error) => {
             secrets.redact_value(&mut error);
             // A JSON value always serializes; the fallback keeps the reply coming regardless.
             let value = serde_json::value::to_raw_value(&json!({ "error": error }))
                 .unwrap_or_else(|_| gm_actors::js_engine::null_json());
-            mcp::tool_result_line(&id, &value, true, &app.run_id, None)
+            mcp::tool_result_line(&id, &value, true, &run_id, None)
         }
     };
     Some(line)
@@ -575,23 +596,43 @@ async fn run_loop_tool(
     match name {
         surface::NEXT_CONTEXT => {
             let parsed: run::NextContextArgs = verbs::parse_args(args).map_err(|e| e.to_json())?;
-            let state = {
+            if parsed.step_budget == Some(0) {
+                return Err(VerbError::InvalidArgs("stepBudget must be at least 1".into()).to_json());
+            }
+            let (state, resumed, new_run) = {
                 let mut s = session.borrow_mut();
+                // The step after a finish starts the next run.
+                let new_run = s.run.finished;
+                if new_run {
+                    s.run = RunState::new(crate::serve::new_run_id(), app.step_budget);
+                    s.resumed = None;
+                }
                 s.run.step += 1;
                 if let Some(task) = parsed.task {
                     s.run.task = Some(task);
                 }
-                s.run.clone()
+                if let Some(budget) = parsed.step_budget {
+                    s.run.step_budget = budget;
+                }
+                (s.run.clone(), s.resumed.take(), new_run)
             };
-            run::next_context(app, state).await.map(|v| ToolOutput::value(&v)).map_err(|e| e.to_json())
+            if new_run {
+                if let Some(log) = &app.ctx.log {
+                    log.do_send(SetRun(state.run_id.clone()));
+                }
+            }
+            save_run(app, &state);
+            run::next_context(app, state, resumed).await.map(|v| ToolOutput::value(&v)).map_err(|e| e.to_json())
         }
         surface::FINISH => {
+            let parsed: run::FinishArgs = verbs::parse_args(args).map_err(|e| e.to_json())?;
             let state = {
                 let mut s = session.borrow_mut();
                 s.run.finished = true;
                 s.run.clone()
             };
-            run::finish(app, args, state).await.map(|v| ToolOutput::value(&v)).map_err(|e| e.to_json())
+            save_run(app, &state);
+            run::finish(app, parsed, state).await.map(|v| ToolOutput::value(&v)).map_err(|e| e.to_json())
         }
         surface::RUN_CODE => {
             if !gate_open {
@@ -633,6 +674,15 @@ fn progress_ticker(app: &App, meta: Option<&Map<String, Value>>) -> Option<tokio
             out.do_send(SendLine(note.to_string()));
         }
     }))
+}
+
+/// Keeps the run's state for the next gm; a failure is logged, never a failed call.
+fn save_run(app: &App, state: &RunState) {
+    if let Err(e) = app.run_file.save(state) {
+        if let Some(log) = &app.ctx.log {
+            log.do_send(Event::new("run-state", json!({ "state": "failed", "error": e.to_string() })));
+        }
+    }
 }
 
 /// A request id as a map key: `1` and `"1"` are different ids.

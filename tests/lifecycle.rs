@@ -74,3 +74,102 @@ fn stdin_closing_gives_stdin_its_flags_back() {
     let flags = unsafe { libc::fcntl(stdin.as_raw_fd(), libc::F_GETFL) };
     assert_eq!(flags & libc::O_NONBLOCK, 0);
 }
+
+#[test]
+fn a_gm_started_after_a_crash_continues_the_task_and_the_step_count() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut first = Gm::start_in(dir.path(), &[], &[]);
+    first.initialize("2025-11-25");
+    let one = first.call_ok("next_context", json!({ "task": "ship the parser", "stepBudget": 10 }));
+    assert!(one.get("resumed").is_none());
+    first.call_ok("next_context", json!({}));
+    first.signal(libc::SIGKILL);
+    first.wait_exit(Duration::from_secs(5)).expect("gm died");
+
+    let mut second = Gm::start_in(dir.path(), &[], &[]);
+    second.initialize("2025-11-25");
+    let three = second.call_ok("next_context", json!({}));
+    assert_eq!(three["step"], 3);
+    assert_eq!(three["task"], "ship the parser");
+    assert_eq!(three["stepsLeft"], 7);
+    assert_eq!(three["runId"], one["runId"], "the same run goes on");
+    assert_eq!(three["resumed"]["afterStep"], 2);
+    let four = second.call_ok("next_context", json!({}));
+    assert_eq!(four["step"], 4);
+    assert!(four.get("resumed").is_none(), "only the first step after the restart says so");
+    let starts = second.events_of("start");
+    assert_eq!(starts.len(), 2);
+    assert_eq!(starts[1]["resumed"]["step"], 2);
+    assert_eq!(starts[1]["run"], one["runId"], "the new gm's events carry the run's id");
+}
+
+#[test]
+fn finish_ends_the_run_and_the_next_step_starts_a_new_one_even_after_a_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut gm = Gm::start_in(dir.path(), &[], &[]);
+    gm.initialize("2025-11-25");
+    let first = gm.call_ok("next_context", json!({ "task": "t1" }));
+    gm.call_ok("finish", json!({ "gaps": [] }));
+    let next = gm.call_ok("next_context", json!({}));
+    assert_eq!(next["step"], 1);
+    assert_eq!(next["task"], json!(null));
+    assert_ne!(next["runId"], first["runId"]);
+    let r = gm.call("next_context", json!({}));
+    assert_eq!(r["_meta"]["com.anentrypoint.gmnew/run"], next["runId"], "results carry the current run");
+    gm.call_ok("finish", json!({}));
+    drop(gm);
+    let mut again = Gm::start_in(dir.path(), &[], &[]);
+    again.initialize("2025-11-25");
+    let fresh = again.call_ok("next_context", json!({}));
+    assert_eq!(fresh["step"], 1, "a finished run is not resumed");
+    assert!(fresh.get("resumed").is_none());
+}
+
+#[test]
+fn a_bad_finish_changes_nothing() {
+    let mut gm = Gm::start(&[]);
+    gm.initialize("2025-11-25");
+    let one = gm.call_ok("next_context", json!({ "task": "t" }));
+    assert_eq!(gm.call_err("finish", json!({ "gaps": "not a list" }))["code"], "invalid_args");
+    let two = gm.call_ok("next_context", json!({}));
+    assert_eq!((two["step"].as_u64(), &two["runId"]), (Some(2), &one["runId"]), "the run is still open");
+}
+
+#[test]
+fn steps_left_counts_down_from_the_budget_the_host_or_the_task_sets() {
+    let mut gm = Gm::start(&["--step-budget", "3"]);
+    gm.initialize("2025-11-25");
+    let lefts: Vec<u64> =
+        (0..4).map(|_| gm.call_ok("next_context", json!({}))["stepsLeft"].as_u64().expect("stepsLeft")).collect();
+    assert_eq!(lefts, [2, 1, 0, 0]);
+    let r = gm.call_ok("next_context", json!({ "stepBudget": 50 }));
+    assert_eq!((r["step"].as_u64(), r["stepsLeft"].as_u64()), (Some(5), Some(45)));
+    assert_eq!(gm.call_err("next_context", json!({ "stepBudget": 0 }))["code"], "invalid_args");
+}
+
+/// The backticked names in the sentence of `file` that starts with `lead`.
+fn named_fields(file: &str, lead: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file)).expect("skill");
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let at = flat.find(lead).unwrap_or_else(|| panic!("{file} has no sentence starting '{lead}'"));
+    let sentence = &flat[at..at + flat[at..].find(". ").unwrap_or(flat.len() - at)];
+    sentence.split('`').skip(1).step_by(2).map(str::to_owned).collect()
+}
+
+#[test]
+fn the_fields_the_skills_name_are_the_fields_next_context_returns() {
+    let mut gm = Gm::start(&[]);
+    gm.initialize("2025-11-25");
+    let step = gm.call_ok("next_context", json!({ "task": "t" }));
+    for (file, lead) in [("skills/gm/SKILL.md", "It returns"), ("skills/gm-continue/SKILL.md", "It returns")] {
+        let fields = named_fields(file, lead);
+        assert!(fields.len() >= 7, "{file}: {fields:?}");
+        for field in fields {
+            assert!(step.get(&field).is_some(), "{file} names `{field}`, which next_context does not return: {step}");
+        }
+    }
+    let workflows =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("skills/gm/WORKFLOWS.md"))
+            .expect("workflows");
+    assert!(workflows.contains("`stepsLeft`") && step.get("stepsLeft").is_some());
+}

@@ -363,6 +363,11 @@ impl Event {
     }
 }
 
+/// Events from now on belong to this run (a new run started after `finish`).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct SetRun(pub String);
+
 /// Write and sync everything appended so far.
 #[derive(Debug, Message)]
 #[rtype(result = "Result<u64, String>")]
@@ -419,6 +424,13 @@ impl Handler<Event> for LogWriter {
             });
         }
         seq
+    }
+}
+
+impl Handler<SetRun> for LogWriter {
+    type Result = ();
+    fn handle(&mut self, msg: SetRun, _: &mut Context<Self>) {
+        self.run = msg.0;
     }
 }
 
