@@ -22,6 +22,12 @@ pub enum BenchError {
     Log { path: PathBuf, source: std::io::Error },
     #[error("the log {0} holds no action events to replay")]
     Empty(PathBuf),
+    #[error(
+        "the log {0} does not say which workspace it was recorded in (no start event names one): pass --workspace"
+    )]
+    NoWorkspace(PathBuf),
+    #[error("the workspace {path} (from {from}) is not a directory: {source}")]
+    Workspace { path: PathBuf, from: &'static str, source: std::io::Error },
     #[error("cannot prepare the scratch workspace {path}: {source}")]
     Scratch { path: PathBuf, source: std::io::Error },
     #[error("the gm server under test failed: {0}")]
@@ -104,16 +110,29 @@ fn classify(tool: &str, args: &Value) -> (Option<(String, bool)>, bool) {
     }
 }
 
+/// What a recorded log says: its calls, and the surface and workspace of its first start.
+struct Recording {
+    calls: Vec<Call>,
+    surface: Option<String>,
+    workspace: Option<PathBuf>,
+}
+
 /// The action events of a log, as calls.
-fn read_calls(log: &Path) -> Result<(Vec<Call>, Option<String>), BenchError> {
+fn read_calls(log: &Path) -> Result<Recording, BenchError> {
     let file = std::fs::File::open(log).map_err(|source| BenchError::Log { path: log.to_owned(), source })?;
     let mut calls = Vec::new();
     let mut surface = None;
+    let mut workspace = None;
+    let mut started = false;
     for line in BufReader::new(file).lines() {
         let line = line.map_err(|source| BenchError::Log { path: log.to_owned(), source })?;
         let Ok(v) = serde_json::from_str::<Value>(&line) else { continue };
         match v["kind"].as_str() {
-            Some("start") if surface.is_none() => surface = v["surface"].as_str().map(str::to_owned),
+            Some("start") if !started => {
+                started = true;
+                surface = v["surface"].as_str().map(str::to_owned);
+                workspace = v["workspace"].as_str().map(PathBuf::from);
+            }
             Some("action") => {
                 let Some(tool) = v["tool"].as_str() else { continue };
                 let args = v.get("args").cloned().unwrap_or(json!({}));
@@ -123,18 +142,43 @@ fn read_calls(log: &Path) -> Result<(Vec<Call>, Option<String>), BenchError> {
             _ => {}
         }
     }
-    Ok((calls, surface))
+    Ok(Recording { calls, surface, workspace })
+}
+
+/// The workspace to copy: the one given, else the one the log's first start event names, else
+/// the one a log at `<workspace>/.gm/log.jsonl` sits in.
+fn source_workspace(opts: &BenchOptions, recorded: Option<PathBuf>) -> Result<PathBuf, BenchError> {
+    let beside = || {
+        let log = std::fs::canonicalize(&opts.log).ok()?;
+        let state = log.parent()?;
+        (state.file_name()? == ".gm").then(|| state.parent().map(Path::to_path_buf)).flatten()
+    };
+    let (path, from) = match (&opts.workspace, recorded) {
+        (Some(w), _) => (w.clone(), "--workspace"),
+        (None, Some(w)) => (w, "the log's start event"),
+        (None, None) => (beside().ok_or_else(|| BenchError::NoWorkspace(opts.log.clone()))?, "the log's location"),
+    };
+    let path =
+        std::fs::canonicalize(&path).map_err(|source| BenchError::Workspace { path: path.clone(), from, source })?;
+    if !path.is_dir() {
+        let source = std::io::Error::new(std::io::ErrorKind::NotADirectory, "not a directory");
+        return Err(BenchError::Workspace { path, from, source });
+    }
+    Ok(path)
 }
 
 /// Copies the workspace into `to`, leaving out gm's own `.gm/` and what `.gitignore` excludes
-/// (build output); `.git` comes along, so git verbs replay too.
+/// (build output); `.git` comes along, so git verbs replay too. When `to` lies inside `from`
+/// (a workspace that holds the temp directory), `to` itself is left out: the copy never
+/// copies itself.
 fn copy_workspace(from: &Path, to: &Path) -> Result<(), BenchError> {
     let err = |source| BenchError::Scratch { path: to.to_owned(), source };
     std::fs::create_dir_all(to).map_err(err)?;
+    let to_real = std::fs::canonicalize(to).map_err(err)?;
     let walk = ignore::WalkBuilder::new(from)
         .hidden(false)
         .require_git(false)
-        .filter_entry(|e| e.file_name() != ".gm")
+        .filter_entry(move |e| e.file_name() != ".gm" && !e.path().starts_with(&to_real))
         .build();
     for entry in walk.filter_map(Result::ok) {
         let Ok(rel) = entry.path().strip_prefix(from) else { continue };
@@ -250,20 +294,12 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 pub fn run(opts: &BenchOptions) -> Result<BenchReport, BenchError> {
-    let (calls, recorded_surface) = read_calls(&opts.log)?;
+    let Recording { calls, surface: recorded_surface, workspace: recorded_workspace } = read_calls(&opts.log)?;
     if calls.is_empty() {
         return Err(BenchError::Empty(opts.log.clone()));
     }
     let surface = opts.surface.clone().or(recorded_surface).unwrap_or_else(|| "tools".into());
-    let source = match &opts.workspace {
-        Some(w) => w.clone(),
-        None => opts
-            .log
-            .parent()
-            .and_then(Path::parent)
-            .map(Path::to_path_buf)
-            .ok_or_else(|| BenchError::Empty(opts.log.clone()))?,
-    };
+    let source = source_workspace(opts, recorded_workspace)?;
     let repeat = opts.repeat.max(1);
     let concurrency = opts.concurrency.max(1);
     let progress = opts.progress.then(|| {

@@ -14,6 +14,7 @@
 //! - [`skills`]: the skill files served as resources, SEP-2640 skills and prompts.
 //! - [`secrets`]: `.gm/secrets.env`: values given to shells, replaced in everything returned.
 //! - [`gitignore`]: adding lines to the workspace's .gitignore without disturbing it.
+//! - [`docs`]: reference tables printed from the code (`gm docs`), so the README cannot drift.
 //! - [`bench`]: `gm bench`, replaying a recorded log against a fresh server.
 //! - [`serve`]: wiring the actors (crate `gm-actors`) together for `gm serve` and the CLI.
 //!
@@ -21,6 +22,7 @@
 //! JSON-RPC; actors never see verbs; the LogWriter actor is the only writer of the run log.
 
 pub mod bench;
+pub mod docs;
 pub mod gitignore;
 pub mod js;
 pub mod protocol;

@@ -77,6 +77,15 @@ fn cli() -> Command {
             .arg(Arg::new("keep").long("keep").value_parser(value_parser!(PathBuf)).help("Replay into this new directory and keep it"))
             .arg(Arg::new("json").long("json").action(ArgAction::SetTrue).help("Print the report as JSON")),
     );
+    cmd = cmd.subcommand(
+        Command::new("docs").about("Print a reference table of gm as markdown, from the code itself").arg(
+            Arg::new("table")
+                .value_name("TABLE")
+                .required(true)
+                .value_parser(clap::builder::PossibleValuesParser::new(gm::docs::TABLES))
+                .help("Which table"),
+        ),
+    );
     for v in verbs::registry() {
         cmd = cmd.subcommand(
             Command::new(v.name)
@@ -125,6 +134,16 @@ fn main() -> ExitCode {
     }
     if name == "bench" {
         return bench(sub);
+    }
+    if name == "docs" {
+        let table = sub.get_one::<String>("table").and_then(|t| gm::docs::table(t));
+        return match table {
+            Some(t) => {
+                print!("{t}");
+                ExitCode::SUCCESS
+            }
+            None => ExitCode::from(2),
+        };
     }
     let Some(verb) = verbs::find(name) else { return ExitCode::from(2) };
     if sub.get_flag("schema") {

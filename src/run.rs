@@ -273,3 +273,30 @@ fn js_error_code(e: &JsError) -> &'static str {
         JsError::Engine(_) => "engine_error",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_run_code_error_code_is_in_the_catalog() {
+        let errors = [
+            JsError::Thrown {
+                name: String::new(),
+                message: String::new(),
+                stack: String::new(),
+                line: None,
+                details: Value::Null,
+            },
+            JsError::Budget { ms: 1 },
+            JsError::Cancelled,
+            JsError::OutOfMemory { limit: 1 },
+            JsError::Engine(String::new()),
+        ];
+        for e in &errors {
+            let code = js_error_code(e);
+            assert!(crate::verbs::ERROR_CODES.iter().any(|(c, _)| *c == code), "{code}");
+        }
+        assert!(crate::verbs::ERROR_CODES.iter().any(|(c, _)| *c == "skill_not_read"));
+    }
+}

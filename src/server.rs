@@ -278,17 +278,20 @@ impl Server {
                 let skills = &self.app.ctx.skills;
                 let entries: Vec<Value> = skills.names().iter().filter_map(|n| skills.entry(n).ok()).collect();
                 let (page, next) = paginate(entries, &params, self.app.page_size)?;
-                Ok(with_cursor(json!({ "skills": page }), next))
+                let protocol = self.session.borrow().protocol;
+                Ok(mcp::skills_list_result(page, next, protocol))
             }
             "skills/get" => {
                 let uri = str_param(&params, "uri")?;
+                // SEP-2640: a URI that names no skill this server serves is invalid params.
+                let unknown = |why: String| RpcError::invalid_params(why).with_data(json!({ "uri": uri }));
                 let skill = uri
                     .strip_prefix("skill://")
                     .and_then(|r| r.strip_suffix("/SKILL.md"))
-                    .ok_or_else(|| RpcError::invalid_params(format!("not a SKILL.md URI: {uri}")))?;
-                self.app.ctx.skills.entry(skill).map_err(|e| {
-                    RpcError::new(jsonrpc::RESOURCE_NOT_FOUND, e.to_string()).with_data(json!({ "uri": uri }))
-                })
+                    .ok_or_else(|| unknown(format!("not a SKILL.md URI: {uri}")))?;
+                let entry = self.app.ctx.skills.entry(skill).map_err(|e| unknown(e.to_string()))?;
+                let protocol = self.session.borrow().protocol;
+                Ok(mcp::skills_get_result(entry, protocol))
             }
             other => Err(RpcError::new(jsonrpc::METHOD_NOT_FOUND, format!("method not found: {other}"))),
         }

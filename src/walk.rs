@@ -1,12 +1,21 @@
 //! Listing every regular file under a directory, for the small trees gm owns (skills, the
-//! wiki). Unreadable directories are skipped. Sorted, so callers get a stable order.
+//! wiki). Symlinked directories are followed, each directory at most once (by device and
+//! inode), so a symlink loop ends. Unreadable directories are skipped. Sorted, so callers get a
+//! stable order.
 
+use std::collections::HashSet;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 pub fn files_under(root: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
+    let mut seen = HashSet::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(d) = stack.pop() {
+        let Ok(meta) = std::fs::metadata(&d) else { continue };
+        if !seen.insert((meta.dev(), meta.ino())) {
+            continue;
+        }
         let Ok(entries) = std::fs::read_dir(&d) else { continue };
         for e in entries.filter_map(Result::ok) {
             let p = e.path();
@@ -19,4 +28,21 @@ pub fn files_under(root: &Path) -> Vec<PathBuf> {
     }
     out.sort();
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_symlink_loop_ends_and_linked_files_are_listed_once_per_directory() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("a/b")).expect("mkdir");
+        std::fs::write(root.join("a/b/page.md"), "x").expect("write");
+        std::os::unix::fs::symlink(root.join("a"), root.join("a/b/up")).expect("a loop");
+        std::os::unix::fs::symlink(root, root.join("self")).expect("another loop");
+        let files = files_under(root);
+        assert_eq!(files, vec![root.join("a/b/page.md")]);
+    }
 }

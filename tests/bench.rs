@@ -120,3 +120,59 @@ fn a_log_without_actions_is_a_clear_error() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no action events"));
 }
+
+/// A short recorded session in `workspace`; returns its log.
+fn record(workspace: &Path) -> std::path::PathBuf {
+    let mut gm = Gm::start_in(workspace, &["--surface", "tools"], &[]);
+    gm.initialize("2025-11-25");
+    gm.call_ok("write_file", json!({ "path": "a.txt", "content": "a\n" }));
+    gm.call_ok("read_file", json!({ "path": "a.txt" }));
+    gm.close_stdin();
+    gm.wait_exit(Duration::from_secs(5)).expect("exit");
+    workspace.join(".gm/log.jsonl")
+}
+
+#[test]
+fn a_log_copied_anywhere_replays_in_the_workspace_its_start_event_names() {
+    let ws = tempfile::tempdir().expect("tempdir");
+    let log = record(ws.path());
+    let elsewhere = tempfile::tempdir().expect("tempdir");
+    let copy = elsewhere.path().join("recorded.jsonl");
+    std::fs::copy(&log, &copy).expect("copy the log out");
+    // By an absolute path outside any .gm/, and by a relative one.
+    for (arg, cwd) in [(copy.clone(), std::env::temp_dir()), ("recorded.jsonl".into(), elsewhere.path().to_owned())] {
+        let out = Command::new(gm_bin()).arg("bench").arg(&arg).arg("--json").current_dir(&cwd).output().expect("runs");
+        assert!(out.status.success(), "{}: {}", arg.display(), String::from_utf8_lossy(&out.stderr));
+        let report: Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!((report["calls"].as_u64(), report["errors"].as_u64()), (Some(2), Some(0)), "{report}");
+    }
+}
+
+#[test]
+fn a_scratch_copy_inside_the_workspace_never_copies_itself() {
+    let ws = tempfile::tempdir().expect("tempdir");
+    let log = record(ws.path());
+    // The temp directory lies inside the workspace being copied.
+    let tmp = ws.path().join("tmp");
+    std::fs::create_dir(&tmp).expect("mkdir");
+    let kept = tmp.join("kept");
+    let out = Command::new(gm_bin())
+        .arg("bench")
+        .arg(&log)
+        .args(["--json", "--keep"])
+        .arg(&kept)
+        .env("TMPDIR", &tmp)
+        .output()
+        .expect("runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(kept.join("a.txt").is_file());
+    assert!(!kept.join("tmp/kept").exists(), "the copy left itself out");
+}
+
+#[test]
+fn a_missing_log_is_its_own_error() {
+    let out = Command::new(gm_bin()).arg("bench").arg("/nonexistent/recorded.jsonl").output().expect("runs");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot read the log /nonexistent/recorded.jsonl"), "{err}");
+}

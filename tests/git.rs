@@ -250,3 +250,21 @@ fn fetch_updates_remote_tracking_refs_and_state_shows_behind() {
     assert!(!dir.path().join("work/t.txt").exists(), "fetch does not touch the working tree");
     assert_eq!(gm.call_err("git_fetch", json!({ "remote": "nowhere" }))["code"], "invalid_args");
 }
+
+#[test]
+fn two_large_diffs_of_one_server_are_saved_to_files_of_their_own() {
+    let (dir, mut gm) = setup();
+    let work = dir.path().join("work");
+    // Two files with the same number of inserted lines, each diff past the inline cap.
+    let lines = |tag: &str| (0..20_000).map(|i| format!("{tag} line {i}\n")).collect::<String>();
+    std::fs::write(work.join("a.txt"), lines("alpha")).expect("write");
+    std::fs::write(work.join("b.txt"), lines("bravo")).expect("write");
+    git(&work, &["add", "a.txt", "b.txt"]);
+    let a = gm.call_ok("git_diff", json!({ "staged": true, "path": "a.txt" }));
+    let b = gm.call_ok("git_diff", json!({ "staged": true, "path": "b.txt" }));
+    assert_eq!(a["insertions"], b["insertions"]);
+    let (fa, fb) = (a["patchFile"].as_str().expect("a spilled"), b["patchFile"].as_str().expect("b spilled"));
+    assert_ne!(fa, fb);
+    assert!(std::fs::read_to_string(fa).expect("a's patch").contains("alpha line 19999"));
+    assert!(std::fs::read_to_string(fb).expect("b's patch").contains("bravo line 19999"));
+}

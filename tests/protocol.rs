@@ -258,11 +258,13 @@ fn resources_prompts_and_skills_are_served_with_digests() {
     assert_eq!(skill_md["size"], text.len());
     let digest = skill_md["digest"].as_str().expect("digest");
     assert!(digest.starts_with("sha256:") && digest.len() == 71, "{digest}");
-    assert_eq!(
-        gm.ok("skills/get", json!({ "uri": "skill://gm-continue/SKILL.md" }))["frontmatter"]["name"],
-        "gm-continue"
-    );
-    assert_eq!(gm.request("skills/get", json!({ "uri": "skill://none/SKILL.md" }))["error"]["code"], -32002);
+    let got = gm.ok("skills/get", json!({ "uri": "skill://gm-continue/SKILL.md" }));
+    assert_eq!(got["resultType"], "complete");
+    assert_eq!(got["skill"]["frontmatter"]["name"], "gm-continue", "SEP-2640 puts the entry under skill: {got}");
+    assert_eq!(got["skill"]["uri"], "skill://gm-continue/SKILL.md");
+    assert!(got.get("ttlMs").is_none(), "no caching hints before protocol 2026-07-28");
+    assert_eq!(gm.ok("skills/list", json!({}))["resultType"], "complete");
+    assert_eq!(gm.request("skills/get", json!({ "uri": "skill://none/SKILL.md" }))["error"]["code"], -32602);
 
     let prompts = gm.ok("prompts/list", json!({}))["prompts"].clone();
     let names: Vec<&str> = prompts.as_array().expect("prompts").iter().filter_map(|p| p["name"].as_str()).collect();
@@ -363,4 +365,54 @@ fn verb_arguments_travel_as_sent_and_bad_ones_are_a_structured_error_logged_with
     assert_eq!((&actions[0]["id"], &actions[0]["args"]["path"]), (&json!("s-1"), &json!(path)));
     assert_eq!(actions[0]["outcome"], "ok");
     assert_eq!((&actions[2]["args"], &actions[2]["error"]), (&json!({ "path": 5 }), &json!("invalid_args")));
+}
+
+/// Why `schema` would trip a strict linter or a single-type schema dialect, if it would.
+fn not_plain(schema: &Value, at: &str) -> Option<String> {
+    match schema {
+        Value::Object(m) => {
+            if let Some(t) = m.get("type") {
+                if !t.is_string() {
+                    return Some(format!("{at}: type {t} is not one type"));
+                }
+            }
+            for key in ["anyOf", "oneOf", "$ref", "$defs", "nullable"] {
+                if m.contains_key(key) {
+                    return Some(format!("{at}: uses {key}"));
+                }
+            }
+            if m.get("enum").and_then(Value::as_array).is_some_and(|e| e.iter().any(Value::is_null)) {
+                return Some(format!("{at}: an enum with null"));
+            }
+            if let Some(f) = m.get("format").and_then(Value::as_str) {
+                if !["date-time", "uri", "email", "uuid"].contains(&f) {
+                    return Some(format!("{at}: format {f} is not a JSON Schema format"));
+                }
+            }
+            m.iter().find_map(|(k, v)| not_plain(v, &format!("{at}.{k}")))
+        }
+        Value::Array(items) => items.iter().enumerate().find_map(|(i, v)| not_plain(v, &format!("{at}[{i}]"))),
+        _ => None,
+    }
+}
+
+#[test]
+fn every_input_schema_is_plain_optional_fields_are_absent_not_null() {
+    for surface in ["code", "tools"] {
+        let mut gm = Gm::start(&["--surface", surface, "--page-size", "1000"]);
+        gm.initialize("2025-11-25");
+        let tools = gm.ok("tools/list", json!({}))["tools"].clone();
+        for tool in tools.as_array().expect("tools") {
+            let name = tool["name"].as_str().expect("name");
+            if let Some(why) = not_plain(&tool["inputSchema"], name) {
+                panic!("{surface} surface: {why}");
+            }
+        }
+    }
+    let mut gm = Gm::start(&[]);
+    gm.ready();
+    for verb in gm.js("return gm.verbs()").as_array().expect("verbs") {
+        let name = verb["name"].as_str().expect("name");
+        assert_eq!(not_plain(&verb["inputSchema"], name), None);
+    }
 }

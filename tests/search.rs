@@ -323,6 +323,10 @@ fn wiki_pages_are_written_atomically_and_ranked() {
     assert_eq!(gm.call_err("wiki_write", json!({ "page": "../escape", "text": "x" }))["code"], "invalid_args");
     assert_eq!(gm.call_err("wiki_search", json!({ "query": "" }))["code"], "invalid_args");
     assert_eq!(gm.events_of("wiki").len(), 2);
+    // A symlink loop in the wiki (a page folder linked to its parent) does not hang the search.
+    std::os::unix::fs::symlink(dir.path().join(".gm/wiki"), dir.path().join(".gm/wiki/design/loop")).expect("link");
+    let r = gm.call_ok("wiki_search", json!({ "query": "evicted entries" }));
+    assert_eq!(r["pages"], 2);
 }
 
 #[test]

@@ -323,3 +323,23 @@ fn a_long_shell_with_a_progress_token_reports_progress_at_each_interval() {
     assert_eq!(reply["id"], 5);
     assert_eq!(progress, [0.5, 1.0, 1.5, 2.0]);
 }
+
+#[test]
+fn a_long_output_always_keeps_its_head_however_the_reads_fall() {
+    // The first read of a fast writer can be larger than the inline cap; run it many times.
+    let mut gm = Gm::start(&[]);
+    gm.ready();
+    let r = gm.js(
+        "const out = [];
+         for (let i = 0; i < 12; i++) {
+           const s = await gm.run_shell({ command: 'seq 1 730000' });
+           out.push({ head: s.stdout.slice(0, 6), shown: s.stdoutBytes - s.stdoutCut, bytes: s.stdoutBytes, tail: s.stdout.slice(-7) });
+         }
+         return out;",
+    );
+    for run in r.as_array().expect("runs") {
+        assert_eq!(run["head"], "1\n2\n3\n", "{run}");
+        assert_eq!(run["tail"], "730000\n", "{run}");
+        assert_eq!(run["shown"], 32 * 1024, "{run}");
+    }
+}

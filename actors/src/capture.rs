@@ -59,7 +59,9 @@ pub struct Captured {
 
 pub struct Capture {
     cap: usize,
+    /// Until the output passes `cap`: all of it. After: its first `cap / 2` bytes.
     head: Vec<u8>,
+    /// After the output passed `cap`: its last bytes (at most `cap / 2`) that are not in `head`.
     tail: VecDeque<u8>,
     total: u64,
     spill_path: PathBuf,
@@ -82,13 +84,20 @@ impl Capture {
         }
     }
 
-    pub fn push(&mut self, chunk: &[u8]) {
+    fn cut(&self) -> bool {
+        self.spill.is_some() || self.spill_error.is_some()
+    }
+
+    pub fn push(&mut self, mut chunk: &[u8]) {
         self.total += chunk.len() as u64;
-        if self.spill.is_none() && self.spill_error.is_none() && self.head.len() + chunk.len() <= self.cap {
+        if !self.cut() && self.head.len() + chunk.len() <= self.cap {
             self.head.extend_from_slice(chunk);
             return;
         }
-        if self.spill.is_none() && self.spill_error.is_none() {
+        let half = self.cap / 2;
+        if !self.cut() {
+            // The output passes the cap now: everything so far goes to the spill file, the
+            // head keeps its first half and what it held beyond that starts the tail.
             let opened = self
                 .spill_path
                 .parent()
@@ -99,9 +108,10 @@ impl Capture {
                 Ok(f) => self.spill = Some(f),
                 Err(e) => self.spill_error = Some(e.to_string()),
             }
-            // The tail starts as the end of what is already held.
-            let keep = self.head.len().min(self.cap / 2);
-            self.tail.extend(&self.head[self.head.len() - keep..]);
+            if self.head.len() > half {
+                self.tail.extend(&self.head[half..]);
+                self.head.truncate(half);
+            }
         }
         if let Some(f) = &mut self.spill {
             if let Err(e) = f.write_all(chunk) {
@@ -109,15 +119,20 @@ impl Capture {
                 self.spill = None;
             }
         }
-        let half = self.cap / 2;
+        // A head still short of its half (a first read larger than the cap) fills up first, so
+        // the reply always starts with the output's start.
+        if self.head.len() < half {
+            let take = (half - self.head.len()).min(chunk.len());
+            self.head.extend_from_slice(&chunk[..take]);
+            chunk = &chunk[take..];
+        }
         if chunk.len() >= half {
             self.tail.clear();
             self.tail.extend(&chunk[chunk.len() - half..]);
         } else {
             self.tail.extend(chunk);
-            while self.tail.len() > half {
-                self.tail.pop_front();
-            }
+            let excess = self.tail.len().saturating_sub(half);
+            self.tail.drain(..excess);
         }
     }
 
@@ -127,10 +142,8 @@ impl Capture {
             let text = redactor.redact(&String::from_utf8_lossy(&self.head));
             return Captured { text, bytes: self.total, cut: 0, spilled: None };
         }
-        let half = self.cap / 2;
-        let head = &self.head[..self.head.len().min(half)];
         let tail: Vec<u8> = self.tail.iter().copied().collect();
-        let cut = self.total - head.len() as u64 - tail.len() as u64;
+        let cut = self.total - self.head.len() as u64 - tail.len() as u64;
         let (whole, note) = match &self.spill_error {
             None => {
                 if !redactor.is_empty() {
@@ -143,7 +156,7 @@ impl Capture {
         };
         let text = format!(
             "{}\n[... {cut} bytes cut; {note} ...]\n{}",
-            String::from_utf8_lossy(head),
+            String::from_utf8_lossy(&self.head),
             String::from_utf8_lossy(&tail)
         );
         Captured { text: redactor.redact(&text), bytes: self.total, cut, spilled: whole }
@@ -191,6 +204,55 @@ mod tests {
         assert!(out.text.ends_with(&String::from_utf8_lossy(&data[995..]).into_owned()));
         assert_eq!(std::fs::read(&path).expect("spill"), data);
         assert_eq!(out.spilled, Some(path));
+    }
+
+    /// The head and tail a finished capture shows, and its cut.
+    fn shown(out: &Captured) -> (&str, &str) {
+        let (head, rest) = out.text.split_once("\n[... ").expect("a cut marker");
+        (head, rest.split_once(" ...]\n").expect("marker end").1)
+    }
+
+    #[test]
+    fn a_first_read_larger_than_the_cap_still_keeps_the_head() {
+        // A pipe that filled before the first read hands over more than the cap at once.
+        let dir = std::env::temp_dir().join(format!("gm-cap-{}-d", std::process::id()));
+        let data: Vec<u8> = (0..100u32).map(|i| b'a' + (i % 26) as u8).collect();
+        for first in [30usize, 11, 10, 9, 5, 1] {
+            let mut c = Capture::new(10, dir.join(format!("x{first}.txt")));
+            c.push(&data[..first]);
+            for chunk in data[first..].chunks(7) {
+                c.push(chunk);
+            }
+            let out = c.finish(&Redactor::default());
+            let (head, tail) = shown(&out);
+            assert_eq!(head.as_bytes(), &data[..5], "first read of {first}");
+            assert_eq!(tail.as_bytes(), &data[95..], "first read of {first}");
+            assert_eq!(out.cut, 90, "first read of {first}");
+        }
+    }
+
+    #[test]
+    fn head_cut_and_tail_always_add_up_to_the_output() {
+        // Every split of an output into two reads, around the cap.
+        let dir = std::env::temp_dir().join(format!("gm-cap-{}-e", std::process::id()));
+        for len in [9usize, 10, 11, 12, 15, 20, 21, 40] {
+            let data: Vec<u8> = (0..len as u32).map(|i| b'A' + (i % 26) as u8).collect();
+            for split in 0..=len {
+                let mut c = Capture::new(10, dir.join("y.txt"));
+                c.push(&data[..split]);
+                c.push(&data[split..]);
+                let out = c.finish(&Redactor::default());
+                if len <= 10 {
+                    assert_eq!(out.text.as_bytes(), &data[..], "len {len} split {split}");
+                    continue;
+                }
+                let (head, tail) = shown(&out);
+                assert_eq!(head.as_bytes(), &data[..5], "len {len} split {split}");
+                assert_eq!(tail.as_bytes(), &data[len - tail.len()..], "len {len} split {split}");
+                assert_eq!(out.cut as usize + head.len() + tail.len(), len, "len {len} split {split}");
+                assert_eq!(tail.len(), 5.min(len - 5), "len {len} split {split}");
+            }
+        }
     }
 
     #[test]

@@ -33,6 +33,37 @@ pub fn capabilities() -> Value {
     })
 }
 
+/// The first protocol version whose results carry caching hints (SEP-2549): `skills/list` and
+/// `skills/get` results carry `ttlMs` and `cacheScope` on it and later versions.
+pub const CACHE_HINTS_VERSION: &str = "2026-07-28";
+/// How long a host may treat a skills result as current. gm re-reads its skill files on every
+/// read, so a minute keeps hosts close to an edit without asking on every turn.
+const SKILLS_TTL_MS: u64 = 60_000;
+
+/// The result of `skills/list` (SEP-2640): the entries, the next cursor, `resultType`, and the
+/// caching hints when the connection's protocol has them.
+pub fn skills_list_result(skills: Vec<Value>, next_cursor: Option<String>, protocol: Option<&str>) -> Value {
+    let mut v = json!({ "resultType": "complete", "skills": skills });
+    if let Some(next) = next_cursor {
+        v["nextCursor"] = json!(next);
+    }
+    with_cache_hints(v, protocol)
+}
+
+/// The result of `skills/get` (SEP-2640): the entry under `skill`.
+pub fn skills_get_result(skill: Value, protocol: Option<&str>) -> Value {
+    with_cache_hints(json!({ "resultType": "complete", "skill": skill }), protocol)
+}
+
+fn with_cache_hints(mut v: Value, protocol: Option<&str>) -> Value {
+    // Protocol versions are dates, so they order as strings.
+    if protocol.is_some_and(|p| p >= CACHE_HINTS_VERSION) {
+        v["ttlMs"] = json!(SKILLS_TTL_MS);
+        v["cacheScope"] = json!("public");
+    }
+    v
+}
+
 pub fn server_info() -> Value {
     json!({ "name": "gm", "title": "gm", "version": env!("CARGO_PKG_VERSION") })
 }
@@ -236,5 +267,23 @@ mod tests {
         }
         assert_eq!(negotiate(Some("2026-07-28")), LATEST_VERSION);
         assert_eq!(negotiate(None), LATEST_VERSION);
+    }
+}
+
+#[cfg(test)]
+mod skills_tests {
+    use super::*;
+
+    #[test]
+    fn skills_results_carry_caching_hints_only_from_the_version_that_has_them() {
+        let entry =
+            json!({ "uri": "skill://a/SKILL.md", "frontmatter": { "name": "a", "description": "d" }, "resources": [] });
+        let old = skills_get_result(entry.clone(), Some("2025-11-25"));
+        assert_eq!(old, json!({ "resultType": "complete", "skill": entry }));
+        let new = skills_get_result(entry.clone(), Some("2026-07-28"));
+        assert_eq!((new["ttlMs"].as_u64(), new["cacheScope"].as_str()), (Some(60_000), Some("public")));
+        let list = skills_list_result(vec![entry], Some("1".into()), Some("2026-07-28"));
+        assert_eq!((list["nextCursor"].as_str(), list["resultType"].as_str()), (Some("1"), Some("complete")));
+        assert!(list.get("ttlMs").is_some());
     }
 }

@@ -41,6 +41,34 @@ pub enum VerbError {
     Internal(String),
 }
 
+/// Every `code` a failed tool result can carry, with what it means and what to do about it. The
+/// README's table of codes is printed from this list (`gm docs errors`), and tests hold every
+/// code gm returns to it.
+pub const ERROR_CODES: &[(&str, &str)] = &[
+    ("invalid_args", "The arguments are wrong: a missing or mistyped field, or a value out of range. The message names the field. Fix the call; nothing was changed."),
+    ("not_found", "No file or directory at `path`."),
+    ("is_a_directory", "`path` is a directory where a file was expected."),
+    ("not_a_directory", "`path` is a file where a directory was expected."),
+    ("not_text", "The file is not UTF-8 text (`size` says how big it is); read it with run_shell (`xxd`, `file`)."),
+    ("no_match", "edit_file's `old` text is not in the file; the message says when it would match ignoring whitespace. Nothing was changed."),
+    ("ambiguous_match", "edit_file's `old` text occurs more than once (`count`, `lines`); add context or pass `all: true`. Nothing was changed."),
+    ("io_error", "The operating system refused a read or write of `path` (permissions, a full disk)."),
+    ("refused", "gm or the repository will not do this as asked: a non-fast-forward push, an empty commit, a dirty tree to pull into, the secrets file. The message says what to do instead; the same call will be refused again."),
+    ("timeout", "The call ran out of time (an HTTP request past its `timeoutMs`, the GitHub CLI). A retry may succeed."),
+    ("unavailable", "Something outside gm could not be reached or started: a network failure, a remote, a program that is missing or failed (`gh`, a shell that cannot start). A retry may succeed once it is back."),
+    ("unknown_job", "No job by that name."),
+    ("duplicate_job", "A job by that name is still running; stop it or choose another name."),
+    ("cancelled", "The call was cancelled (`notifications/cancelled`, or the end of the run_code body that made it)."),
+    ("unknown_verb", "No verb by that name; `gm.verbs()` lists them."),
+    ("internal", "A bug in gm (a verb that panicked, an actor that is gone). The server keeps running; the message says what failed."),
+    ("skill_not_read", "run_code is closed until this connection has read `skill://gm/SKILL.md` with resources/read; the error names the call to make."),
+    ("js_error", "The run_code body threw: `name`, `message`, `stack`, the `line` in the body and its `lineText`; a failed verb's own error is under `details`."),
+    ("budget_exceeded", "A background run_code body ran past its hour and was interrupted."),
+    ("out_of_memory", "The run_code body allocated more than 256 MiB."),
+    ("engine_error", "The JavaScript engine failed to start or run the body."),
+    ("stopped_by_restart", "A background run_code body was running when gm stopped; background bodies do not survive a restart."),
+];
+
 impl VerbError {
     pub fn code(&self) -> &'static str {
         match self {
@@ -100,5 +128,60 @@ impl VerbError {
             _ => {}
         }
         Value::Object(m)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_verb_error_code_is_in_the_catalog() {
+        let p = PathBuf::from("x");
+        let io = || std::io::Error::other("x");
+        let all = [
+            VerbError::InvalidArgs(String::new()),
+            VerbError::NotFound(p.clone()),
+            VerbError::IsADirectory(p.clone()),
+            VerbError::NotADirectory(p.clone()),
+            VerbError::NotText { path: p.clone(), size: 0 },
+            VerbError::NoMatch { path: p.clone(), hint: String::new() },
+            VerbError::AmbiguousMatch { path: p.clone(), count: 2, lines: vec![] },
+            VerbError::Io { what: "x", path: p.clone(), source: io() },
+            VerbError::Refused(String::new()),
+            VerbError::Timeout(String::new()),
+            VerbError::Unavailable(String::new()),
+            VerbError::UnknownJob(String::new()),
+            VerbError::DuplicateJob(String::new()),
+            VerbError::Cancelled,
+            VerbError::UnknownVerb(String::new()),
+            VerbError::Internal(String::new()),
+        ];
+        for e in &all {
+            // A new variant must be added here: this match has no catch-all.
+            match e {
+                VerbError::InvalidArgs(_)
+                | VerbError::NotFound(_)
+                | VerbError::IsADirectory(_)
+                | VerbError::NotADirectory(_)
+                | VerbError::NotText { .. }
+                | VerbError::NoMatch { .. }
+                | VerbError::AmbiguousMatch { .. }
+                | VerbError::Io { .. }
+                | VerbError::Refused(_)
+                | VerbError::Timeout(_)
+                | VerbError::Unavailable(_)
+                | VerbError::UnknownJob(_)
+                | VerbError::DuplicateJob(_)
+                | VerbError::Cancelled
+                | VerbError::UnknownVerb(_)
+                | VerbError::Internal(_) => {}
+            }
+            assert!(ERROR_CODES.iter().any(|(c, _)| *c == e.code()), "{} is not in ERROR_CODES", e.code());
+        }
+        let mut codes: Vec<&str> = ERROR_CODES.iter().map(|(c, _)| *c).collect();
+        codes.sort_unstable();
+        codes.dedup();
+        assert_eq!(codes.len(), ERROR_CODES.len(), "a code is listed twice");
     }
 }

@@ -753,8 +753,7 @@ pub(super) fn describe(diff: &Diff, out_dir: &Path) -> Result<DiffReply, GitErro
     })?;
     let whole = String::from_utf8_lossy(&patch).into_owned();
     let (text, cut, file) = if whole.len() > INLINE_PATCH {
-        let name = format!("diff-{}.patch", std::process::id() as u64 * 1000 + (stats.insertions() % 1000) as u64);
-        let path = out_dir.join(name);
+        let path = super::out::unique_path(out_dir, "diff", ".patch");
         let _ = std::fs::create_dir_all(out_dir);
         let saved = std::fs::write(&path, &whole).is_ok();
         let mut keep = INLINE_PATCH;

@@ -10,6 +10,7 @@ mod error;
 pub mod files;
 pub mod git;
 pub mod log;
+pub mod out;
 pub mod paths;
 pub mod review;
 pub mod rows;
@@ -36,7 +37,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-pub use error::VerbError;
+pub use error::{VerbError, ERROR_CODES};
 
 use crate::secrets::SecretsFile;
 use crate::skills::Skills;
@@ -163,17 +164,94 @@ pub fn to_value(json: &RawValue) -> Value {
     serde_json::from_str(json.get()).unwrap_or(Value::Null)
 }
 
-/// The JSON Schema (2020-12) of an argument type, as an MCP tool input schema.
+/// The JSON Schema (2020-12) of an argument type, as an MCP tool input schema, in the plain
+/// subset every host reads (see [`plain_schema`]).
 pub fn schema_of<A: JsonSchema>() -> Value {
-    let settings = schemars::generate::SchemaSettings::draft2020_12();
+    let mut settings = schemars::generate::SchemaSettings::draft2020_12();
+    // No `$ref`s: argument types are small and never recursive.
+    settings.inline_subschemas = true;
     let schema = settings.into_generator().into_root_schema_for::<A>();
     let mut v = serde_json::to_value(schema).unwrap_or_default();
+    plain_schema(&mut v);
     if let Some(m) = v.as_object_mut() {
         m.entry("type").or_insert_with(|| "object".into());
         m.entry("properties").or_insert_with(|| Value::Object(Default::default()));
     }
     v
 }
+
+/// Rewrites a generated schema into the subset hosts read without complaint: an optional field
+/// is a plain optional property (absent, not null) instead of a `type` array or an `anyOf` with
+/// a null branch — MCP Inspector's strict lint warns on those, and hosts that map schemas onto
+/// a single-type dialect (the OpenAPI subset behind Gemini function declarations) reject them;
+/// a choice of strings is an `enum`; formats JSON Schema does not define (`uint64`) are dropped.
+pub fn plain_schema(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            if let Some(Value::Array(types)) = m.get("type") {
+                let rest: Vec<Value> = types.iter().filter(|t| *t != "null").cloned().collect();
+                let single = if rest.len() == 1 { rest[0].clone() } else { Value::Array(rest) };
+                m.insert("type".into(), single);
+            }
+            if let Some(Value::Array(values)) = m.get_mut("enum") {
+                values.retain(|v| !v.is_null());
+            }
+            for key in ["anyOf", "oneOf"] {
+                let Some(Value::Array(branches)) = m.get(key) else { continue };
+                let rest: Vec<Value> =
+                    branches.iter().filter(|b| b.get("type") != Some(&"null".into())).cloned().collect();
+                m.remove(key);
+                match rest.as_slice() {
+                    [one] => {
+                        // The one real branch takes the branch list's place; the property's
+                        // own keys (its description) win.
+                        if let Value::Object(branch) = one {
+                            for (k, v) in branch {
+                                m.entry(k.clone()).or_insert_with(|| v.clone());
+                            }
+                        }
+                    }
+                    _ if !rest.is_empty() && rest.iter().all(|b| b.get("const").is_some_and(Value::is_string)) => {
+                        m.insert("type".into(), "string".into());
+                        m.insert("enum".into(), rest.iter().filter_map(|b| b.get("const").cloned()).collect());
+                    }
+                    _ => {
+                        m.insert(key.into(), Value::Array(rest));
+                    }
+                }
+            }
+            if m.get("format").and_then(Value::as_str).is_some_and(|f| !STANDARD_FORMATS.contains(&f)) {
+                m.remove("format");
+            }
+            m.values_mut().for_each(plain_schema);
+        }
+        Value::Array(items) => items.iter_mut().for_each(plain_schema),
+        _ => {}
+    }
+}
+
+/// The formats JSON Schema 2020-12 defines.
+const STANDARD_FORMATS: &[&str] = &[
+    "date-time",
+    "date",
+    "time",
+    "duration",
+    "email",
+    "idn-email",
+    "hostname",
+    "idn-hostname",
+    "ipv4",
+    "ipv6",
+    "uri",
+    "uri-reference",
+    "iri",
+    "iri-reference",
+    "uuid",
+    "uri-template",
+    "json-pointer",
+    "relative-json-pointer",
+    "regex",
+];
 
 macro_rules! verb {
     ($name:literal, $family:literal, $effect:expr, $args:ty, $func:path, $desc:literal) => {
@@ -324,8 +402,9 @@ pub async fn call(ctx: Ctx, name: &str, args: &RawValue) -> Called {
     };
     let cancel = ctx.cancel.clone();
     let permit = tokio::select! {
-        permit = scheduler::admit(&ctx.scheduler, Pool::Verb, verb.effect == Effect::Shell) => permit,
+        biased;
         () = cancel.cancelled() => return Called { result: Err(VerbError::Cancelled), in_flight: 0 },
+        permit = scheduler::admit(&ctx.scheduler, Pool::Verb, verb.effect == Effect::Shell) => permit,
     };
     let in_flight = permit.as_ref().map_or(0, |p| p.in_flight);
     let run = std::panic::AssertUnwindSafe((verb.run)(ctx, args)).catch_unwind().map(|outcome| match outcome {
@@ -333,9 +412,12 @@ pub async fn call(ctx: Ctx, name: &str, args: &RawValue) -> Called {
         Err(panic) => Err(VerbError::Internal(format!("verb {name} panicked: {}", panic_message(&panic)))),
     });
     let result = if verb.traits.cancellable {
+        // A verb that sees the cancel may end on its own in the same turn (a wait cut short):
+        // the cancel still decides how the call ended.
         tokio::select! {
-            result = run => result,
+            biased;
             () = cancel.cancelled() => Err(VerbError::Cancelled),
+            result = run => result,
         }
     } else {
         run.await

@@ -110,7 +110,7 @@ pub async fn run_shell(ctx: Ctx, args: RunShellArgs) -> Result<RunShellReply, Ve
         env: environment(&ctx, args.env)?,
         timeout: timeout(args.timeout_ms, DEFAULT_SHELL_TIMEOUT_MS)?,
         inline_cap: INLINE_CAP,
-        spill_stem: ctx.state_dir.join("out").join(spill_name()),
+        spill_stem: super::out::unique_path(&ctx.state_dir.join("out"), "shell", ""),
         redactor: ctx.secrets.get().redactor.clone(),
     };
     let out =
@@ -133,16 +133,6 @@ pub async fn run_shell(ctx: Ctx, args: RunShellArgs) -> Result<RunShellReply, Ve
         stdout: stdout.text,
         stderr: stderr.text,
     })
-}
-
-/// A unique, sortable name for a call's spilled output.
-fn spill_name() -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    let now = time::OffsetDateTime::now_utc();
-    let stamp =
-        now.format(time::macros::format_description!("[year][month][day]T[hour][minute][second]")).unwrap_or_default();
-    format!("shell-{stamp}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]

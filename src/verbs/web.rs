@@ -178,11 +178,9 @@ fn inline_text(body: &[u8], cut: bool) -> Option<String> {
 /// A file under `.gm/out/` holding what was read so far; the rest is appended to it.
 fn open_spill(ctx: &Ctx, head: &[u8]) -> Result<(std::path::PathBuf, std::fs::File), VerbError> {
     use std::io::Write;
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
     let dir = ctx.state_dir.join("out");
     std::fs::create_dir_all(&dir).map_err(|e| VerbError::io("cannot create", &dir, e))?;
-    let path = dir.join(format!("fetch-{}-{}.body", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+    let path = super::out::unique_path(&dir, "fetch", ".body");
     let mut file = std::fs::File::create(&path).map_err(|e| VerbError::io("cannot save the body", &path, e))?;
     file.write_all(head).map_err(|e| VerbError::io("cannot save the body", &path, e))?;
     Ok((path, file))
