@@ -6,6 +6,7 @@
 //! - [`file_locks`]: reader/writer locks keyed by file identity (device + inode), so a symlink
 //!   or a hard link to a file shares that file's lock.
 //! - [`log_writer`]: the run log's only writer; assigns `seq`, group-commits, answers queries.
+//! - [`log_reader`]: reading the log back from a seq or from its end, without reading it whole.
 //! - [`js_engine`]: QuickJS runtimes for run_code bodies, on a thread of their own.
 //! - [`cancel`]: the cancel token shared by everything that can be stopped mid-way.
 //! - [`jobs`]: every process gm starts: foreground shells and background jobs, in process
@@ -21,6 +22,7 @@ pub mod capture;
 pub mod file_locks;
 pub mod jobs;
 pub mod js_engine;
+pub mod log_reader;
 pub mod log_writer;
 pub mod scheduler;
 pub mod sys;

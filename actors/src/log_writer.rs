@@ -11,13 +11,15 @@
 //! before it is lost.
 
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use actix::prelude::*;
 use serde_json::{Map, Value};
+
+pub use crate::log_reader::{query_file, tail_file, Query, QueryResult};
 
 pub const COMMIT_INTERVAL: Duration = Duration::from_millis(5);
 const OPEN_SCAN_BYTES: u64 = 1 << 20;
@@ -373,24 +375,13 @@ pub struct SetRun(pub String);
 #[rtype(result = "Result<u64, String>")]
 pub struct Flush;
 
-/// Read events back from the file.
-#[derive(Debug, Clone, Default, Message)]
+/// Read events back from the file (on a blocking thread: a query of a long log never holds up
+/// the arbiter that writes it).
+#[derive(Debug, Clone, Message)]
 #[rtype(result = "Result<QueryResult, String>")]
-pub struct Query {
-    pub kind: Option<String>,
-    pub since_seq: Option<u64>,
-    pub limit: usize,
-}
+pub struct ReadLog(pub Query);
 
-#[derive(Debug, Clone, Default)]
-pub struct QueryResult {
-    pub events: Vec<Value>,
-    /// Events that matched past `limit`.
-    pub more: usize,
-    pub last_seq: u64,
-}
-
-/// The last `n` events appended in this process (at most 64), oldest first.
+/// The log's last `n` events, oldest first.
 #[derive(Debug, Message)]
 #[rtype(result = "Vec<Value>")]
 pub struct Tail(pub usize);
@@ -443,80 +434,31 @@ impl Handler<Flush> for LogWriter {
 }
 
 impl Handler<Tail> for LogWriter {
-    type Result = Vec<Value>;
-    fn handle(&mut self, msg: Tail, _: &mut Context<Self>) -> Vec<Value> {
+    type Result = ResponseFuture<Vec<Value>>;
+    fn handle(&mut self, msg: Tail, _: &mut Context<Self>) -> Self::Result {
         // Read back from the file when asked (once per step) rather than kept per event (on
         // every call's path).
         let res = self.write_out();
         self.note_failure(res);
-        tail_file(&self.path, msg.0).unwrap_or_default()
+        let path = self.path.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || tail_file(&path, msg.0).unwrap_or_default()).await.unwrap_or_default()
+        })
     }
 }
 
-impl Handler<Query> for LogWriter {
-    type Result = Result<QueryResult, String>;
-    fn handle(&mut self, q: Query, _: &mut Context<Self>) -> Self::Result {
-        self.write_out().map_err(|e| e.to_string())?;
-        query_file(&self.path, &q).map_err(|e| e.to_string())
+impl Handler<ReadLog> for LogWriter {
+    type Result = ResponseFuture<Result<QueryResult, String>>;
+    fn handle(&mut self, msg: ReadLog, _: &mut Context<Self>) -> Self::Result {
+        let written = self.write_out().map_err(|e| e.to_string());
+        let path = self.path.clone();
+        Box::pin(async move {
+            written?;
+            tokio::task::spawn_blocking(move || query_file(&path, &msg.0).map_err(|e| e.to_string()))
+                .await
+                .map_err(|e| e.to_string())?
+        })
     }
-}
-
-/// The last `n` events of a log file, oldest first: read backwards from the end in growing
-/// windows, so a long log costs no more than its last lines.
-pub fn tail_file(path: &Path, n: usize) -> std::io::Result<Vec<Value>> {
-    let mut file = match File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e),
-    };
-    let len = file.metadata()?.len();
-    let mut window: u64 = 64 * 1024;
-    loop {
-        let start = len.saturating_sub(window);
-        file.seek(SeekFrom::Start(start))?;
-        let mut bytes = Vec::with_capacity((len - start) as usize);
-        (&mut file).take(len - start).read_to_end(&mut bytes)?;
-        // The first line of a window that does not start the file may be cut: skip it.
-        let lines: Vec<&[u8]> = bytes.split(|&b| b == b'\n').skip(usize::from(start > 0)).collect();
-        let events: Vec<Value> = lines.iter().filter_map(|l| serde_json::from_slice(l).ok()).collect();
-        if events.len() >= n || start == 0 {
-            let skip = events.len().saturating_sub(n);
-            return Ok(events.into_iter().skip(skip).collect());
-        }
-        window *= 4;
-    }
-}
-
-/// Reads matching events from a log file. Lines that do not parse (a torn last line being
-/// written by another process) are skipped.
-pub fn query_file(path: &Path, q: &Query) -> std::io::Result<QueryResult> {
-    let mut out = QueryResult::default();
-    let file = match File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
-        Err(e) => return Err(e),
-    };
-    let since = q.since_seq.unwrap_or(0);
-    for line in BufReader::new(file).split(b'\n') {
-        let line = line?;
-        let Ok(v) = serde_json::from_slice::<Value>(&line) else { continue };
-        let seq = v.get("seq").and_then(Value::as_u64).unwrap_or(0);
-        out.last_seq = out.last_seq.max(seq);
-        if seq <= since {
-            continue;
-        }
-        if let Some(kind) = &q.kind {
-            if v.get("kind").and_then(Value::as_str) != Some(kind.as_str()) {
-                continue;
-            }
-        }
-        if out.events.len() < q.limit {
-            out.events.push(v);
-        } else {
-            out.more += 1;
-        }
-    }
-    Ok(out)
 }
 
 #[cfg(test)]

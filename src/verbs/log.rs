@@ -1,6 +1,6 @@
 //! query_log: read the run log back.
 
-use gm_actors::log_writer::{query_file, Query};
+use gm_actors::log_writer::{query_file, Query, QueryResult, ReadLog};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -36,20 +36,31 @@ pub async fn query_log(ctx: Ctx, args: QueryLogArgs) -> Result<QueryLogReply, Ve
     if limit == 0 || limit > MAX_LIMIT {
         return Err(VerbError::InvalidArgs(format!("limit must be between 1 and {MAX_LIMIT}")));
     }
-    let q = Query { kind: args.kind, since_seq: args.since_seq, limit };
-    let path = ctx.log_path();
-    let result = match &ctx.log {
-        Some(log) => log
-            .send(q)
-            .await
-            .map_err(|e| VerbError::Internal(format!("log writer unavailable: {e}")))?
-            .map_err(VerbError::Internal)?,
-        None => query_file(&path, &q).map_err(|e| VerbError::io("cannot read the log", &path, e))?,
-    };
+    let q = Query { kind: args.kind, since_seq: args.since_seq, limit, newest: false };
+    let result = read_log(&ctx, q).await?;
     Ok(QueryLogReply {
         events: result.events,
-        more: result.more,
+        more: result.more.unwrap_or(0),
         last_seq: result.last_seq,
-        path: path.to_string_lossy().into_owned(),
+        path: ctx.log_path().to_string_lossy().into_owned(),
     })
+}
+
+/// Reads the run log: through the LogWriter, its only reader, when the server has one (it reads
+/// on a blocking thread, after writing out what it holds), else straight from the file (the
+/// one-shot CLI).
+pub async fn read_log(ctx: &Ctx, q: Query) -> Result<QueryResult, VerbError> {
+    let path = ctx.log_path();
+    match &ctx.log {
+        Some(log) => log
+            .send(ReadLog(q))
+            .await
+            .map_err(|e| VerbError::Internal(format!("log writer unavailable: {e}")))?
+            .map_err(|e| VerbError::Internal(format!("cannot read the log: {e}"))),
+        None => tokio::task::spawn_blocking(move || {
+            query_file(&path, &q).map_err(|e| VerbError::io("cannot read the log", &path, e))
+        })
+        .await
+        .map_err(|e| VerbError::Internal(e.to_string()))?,
+    }
 }

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use gm_actors::log_writer::{query_file, Event, Query};
+use gm_actors::log_writer::{Event, Query};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -122,10 +122,10 @@ pub async fn review_packet(ctx: Ctx, args: PacketArgs) -> Result<PacketReply, Ve
         }
     };
     // The witnesses: what this workspace's log recorded, latest last.
-    let log = query_file(&ctx.log_path(), &Query { kind: Some("action".into()), since_seq: None, limit: usize::MAX })
-        .map_err(|e| VerbError::io("cannot read the log", &ctx.log_path(), e))?;
-    let skip = log.events.len().saturating_sub(WITNESS_EVENTS);
-    let witnesses: Vec<Value> = log.events[skip..]
+    let q = Query { kind: Some("action".into()), since_seq: None, limit: WITNESS_EVENTS, newest: true };
+    let log = super::log::read_log(&ctx, q).await?;
+    let witnesses: Vec<Value> = log
+        .events
         .iter()
         .map(|e| json!({ "seq": e["seq"], "tool": e["tool"], "outcome": e["outcome"], "ts": e["ts"] }))
         .collect();

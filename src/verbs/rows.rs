@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use git2::{Oid, Repository};
 use gm_actors::file_locks::Mode;
-use gm_actors::log_writer::{query_file, Query};
+use gm_actors::log_writer::Query;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -306,8 +306,8 @@ pub async fn prd_resolve(ctx: Ctx, args: ResolveArgs) -> Result<ResolveReply, Ve
             "resolve in place with { id, event, commit }, or push-close with { id, witness, push: true }".into(),
         ));
     };
-    let found = query_file(&ctx.log_path(), &Query { kind: None, since_seq: Some(seq.saturating_sub(1)), limit: 1 })
-        .map_err(|e| VerbError::io("cannot read the log", &ctx.log_path(), e))?;
+    let q = Query { kind: None, since_seq: Some(seq.saturating_sub(1)), limit: 1, newest: false };
+    let found = super::log::read_log(&ctx, q).await?;
     if found.events.first().and_then(|e| e["seq"].as_u64()) != Some(seq) {
         return Err(VerbError::Refused(format!(
             "seq {seq} is not in the run log; name an event that witnesses the work"

@@ -1,0 +1,286 @@
+//! Reading the run log back without reading it whole: a query starts where its `since_seq`
+//! is and reads only from there, a tail reads backwards from the end.
+//!
+//! `seq` increases with every line, so the file is its own index from seq to byte offset: a
+//! bisection over byte offsets finds the first line past a seq in about log2(size / line)
+//! short reads. Lines are filtered on their header (`{"seq":N,"ts":"…","run":"…","kind":"K"`,
+//! always first, as [`crate::log_writer::LogWriter`] writes them) and only the events a query
+//! returns are parsed; the rest are counted.
+//!
+//! These functions do blocking reads: the LogWriter runs them on a blocking thread (the one-shot
+//! CLI, which has no server, calls them directly).
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
+use std::path::Path;
+
+use serde_json::Value;
+
+/// Which events to read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Query {
+    pub kind: Option<String>,
+    pub since_seq: Option<u64>,
+    pub limit: usize,
+    /// The last `limit` matching events (still oldest first) instead of the first.
+    pub newest: bool,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct QueryResult {
+    pub events: Vec<Value>,
+    /// Events that matched but were left out by `limit`. A newest-first read stops at its
+    /// limit and does not count them: `None`.
+    pub more: Option<usize>,
+    /// The last seq in the log.
+    pub last_seq: u64,
+}
+
+/// A line's seq and kind, read from its header without parsing the rest.
+fn header(line: &[u8]) -> Option<(u64, &[u8])> {
+    let rest = line.strip_prefix(b"{\"seq\":")?;
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    let seq = std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()?;
+    // The first `"kind":"` is the header's: inside a JSON string a quote is escaped.
+    let at = memchr::memmem::find(rest, b"\"kind\":\"")? + 8;
+    let len = memchr::memchr(b'"', &rest[at..])?;
+    Some((seq, &rest[at..at + len]))
+}
+
+/// A line's seq and kind: from the header when the line has gm's layout, else by parsing it.
+fn seq_and_kind(line: &[u8]) -> Option<(u64, Option<String>)> {
+    if let Some((seq, kind)) = header(line) {
+        return Some((seq, std::str::from_utf8(kind).ok().map(str::to_owned)));
+    }
+    let v: Value = serde_json::from_slice(line).ok()?;
+    Some((v.get("seq")?.as_u64()?, v.get("kind").and_then(Value::as_str).map(str::to_owned)))
+}
+
+fn matches(q: &Query, kind: Option<&str>) -> bool {
+    q.kind.as_deref().is_none_or(|k| Some(k) == kind)
+}
+
+/// The byte offset of the first complete line at or after `at`.
+fn next_line_start(file: &mut File, at: u64, len: u64) -> std::io::Result<u64> {
+    if at == 0 {
+        return Ok(0);
+    }
+    file.seek(SeekFrom::Start(at - 1))?;
+    let mut reader = BufReader::with_capacity(4096, file.take(len - (at - 1)));
+    let mut skipped = Vec::new();
+    let n = reader.read_until(b'\n', &mut skipped)?;
+    Ok(at - 1 + n as u64)
+}
+
+/// The seq of the line starting at `at`, if that line reads as an event.
+fn seq_at(file: &mut File, at: u64, len: u64) -> std::io::Result<Option<u64>> {
+    file.seek(SeekFrom::Start(at))?;
+    let mut reader = BufReader::with_capacity(4096, file.take(len - at));
+    let mut line = Vec::new();
+    reader.read_until(b'\n', &mut line)?;
+    Ok(seq_and_kind(trim_newline(&line)).map(|(seq, _)| seq))
+}
+
+/// The offset of the first line whose seq is above `since`: a bisection over line starts. A
+/// line that does not read as an event sends the search right (it was torn or foreign); the
+/// scan after the bisection still checks every seq, so a wrong turn costs time, never events.
+fn offset_after(file: &mut File, since: u64, len: u64) -> std::io::Result<u64> {
+    let (mut lo, mut hi) = (0u64, len);
+    while hi - lo > 64 * 1024 {
+        let mid = next_line_start(file, lo + (hi - lo) / 2, len)?;
+        if mid >= hi {
+            break;
+        }
+        match seq_at(file, mid, len)? {
+            Some(seq) if seq > since => hi = mid,
+            _ => lo = mid,
+        }
+    }
+    next_line_start(file, lo, len)
+}
+
+fn trim_newline(line: &[u8]) -> &[u8] {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    line.strip_suffix(b"\r").unwrap_or(line)
+}
+
+/// Reads matching events from a log file. Lines that do not parse (a torn last line being
+/// written by another process) are skipped.
+pub fn query_file(path: &Path, q: &Query) -> std::io::Result<QueryResult> {
+    let mut file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(QueryResult::default()),
+        Err(e) => return Err(e),
+    };
+    let len = file.metadata()?.len();
+    let mut out = QueryResult { last_seq: last_seq(&mut file, len)?, ..QueryResult::default() };
+    if q.newest {
+        return newest(&mut file, len, q, out);
+    }
+    let since = q.since_seq.unwrap_or(0);
+    let start = if since > 0 { offset_after(&mut file, since, len)? } else { 0 };
+    file.seek(SeekFrom::Start(start))?;
+    let mut reader = BufReader::with_capacity(256 * 1024, file.take(len - start));
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        if reader.read_until(b'\n', &mut line)? == 0 {
+            break;
+        }
+        let text = trim_newline(&line);
+        let Some((seq, kind)) = seq_and_kind(text) else { continue };
+        if seq <= since || !matches(q, kind.as_deref()) {
+            continue;
+        }
+        if out.events.len() < q.limit {
+            match serde_json::from_slice(text) {
+                Ok(v) => out.events.push(v),
+                Err(_) => continue,
+            }
+        } else {
+            *out.more.get_or_insert(0) += 1;
+        }
+    }
+    out.more.get_or_insert(0);
+    Ok(out)
+}
+
+/// The last `q.limit` matching events, read backwards from the end in growing windows, which
+/// stop once they are found.
+fn newest(file: &mut File, len: u64, q: &Query, mut out: QueryResult) -> std::io::Result<QueryResult> {
+    if q.limit == 0 {
+        return Ok(out);
+    }
+    let since = q.since_seq.unwrap_or(0);
+    let mut found: Vec<Vec<u8>> = Vec::new();
+    let mut end = len;
+    let mut window: u64 = 256 * 1024;
+    let mut done = false;
+    while end > 0 && !done {
+        let start = end.saturating_sub(window);
+        file.seek(SeekFrom::Start(start))?;
+        let mut bytes = Vec::with_capacity((end - start) as usize);
+        (&mut *file).take(end - start).read_to_end(&mut bytes)?;
+        // The first line of a window that does not start the file may be cut: it is read again
+        // as the last line of the next window.
+        let cut = if start > 0 { memchr::memchr(b'\n', &bytes).map_or(bytes.len(), |i| i + 1) } else { 0 };
+        for line in bytes[cut..].rsplit(|&b| b == b'\n') {
+            let text = trim_newline(line);
+            let Some((seq, kind)) = seq_and_kind(text) else { continue };
+            if seq <= since {
+                done = true;
+                break;
+            }
+            if !matches(q, kind.as_deref()) {
+                continue;
+            }
+            found.push(text.to_vec());
+            if found.len() >= q.limit {
+                done = true;
+                break;
+            }
+        }
+        if cut == bytes.len() && start > 0 {
+            // One line longer than the window: read a larger window.
+            window *= 4;
+            continue;
+        }
+        end = start + cut as u64;
+        window = (window * 2).min(64 << 20);
+    }
+    out.events = found.iter().rev().filter_map(|l| serde_json::from_slice(l).ok()).collect();
+    Ok(out)
+}
+
+/// The seq of the log's last event.
+fn last_seq(file: &mut File, len: u64) -> std::io::Result<u64> {
+    let start = len.saturating_sub(64 * 1024);
+    file.seek(SeekFrom::Start(start))?;
+    let mut bytes = Vec::new();
+    (&mut *file).take(len - start).read_to_end(&mut bytes)?;
+    Ok(bytes.rsplit(|&b| b == b'\n').find_map(|l| seq_and_kind(trim_newline(l)).map(|(seq, _)| seq)).unwrap_or(0))
+}
+
+/// The last `n` events of a log file, oldest first.
+pub fn tail_file(path: &Path, n: usize) -> std::io::Result<Vec<Value>> {
+    Ok(query_file(path, &Query { kind: None, since_seq: None, limit: n, newest: true })?.events)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    /// A log of `n` events, every third an action, with lines of varying length.
+    fn log(n: u64) -> (tempfile::TempDir, std::path::PathBuf) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("log.jsonl");
+        let mut f = std::io::BufWriter::new(File::create(&path).expect("create"));
+        for seq in 1..=n {
+            let kind = if seq % 3 == 0 { "action" } else { "code-call" };
+            let pad = "x".repeat((seq % 50) as usize);
+            writeln!(
+                f,
+                r#"{{"seq":{seq},"ts":"t","run":"r","kind":"{kind}","pad":"{pad}","note":"\"kind\":\"fake\""}}"#
+            )
+            .expect("write");
+        }
+        f.flush().expect("flush");
+        drop(f);
+        (dir, path)
+    }
+
+    fn seqs(r: &QueryResult) -> Vec<u64> {
+        r.events.iter().filter_map(|e| e["seq"].as_u64()).collect()
+    }
+
+    #[test]
+    fn a_query_from_a_seq_returns_what_follows_it_wherever_it_falls() {
+        let (_dir, path) = log(20_000);
+        for since in [0u64, 1, 2, 4_999, 12_345, 19_998, 19_999, 20_000, 30_000] {
+            let r = query_file(&path, &Query { kind: None, since_seq: Some(since), limit: 3, newest: false })
+                .expect("query");
+            let expected: Vec<u64> = (since + 1..=20_000).take(3).collect();
+            assert_eq!(seqs(&r), expected, "since {since}");
+            assert_eq!(r.more, Some(20_000u64.saturating_sub(since).saturating_sub(3) as usize), "since {since}");
+            assert_eq!(r.last_seq, 20_000);
+        }
+    }
+
+    #[test]
+    fn a_kind_filter_reads_the_header_not_a_field_that_looks_like_it() {
+        let (_dir, path) = log(100);
+        let r =
+            query_file(&path, &Query { kind: Some("action".into()), since_seq: Some(90), limit: 10, newest: false })
+                .expect("query");
+        assert_eq!(seqs(&r), [93, 96, 99]);
+        let r = query_file(&path, &Query { kind: Some("fake".into()), since_seq: None, limit: 10, newest: false })
+            .expect("query");
+        assert!(r.events.is_empty());
+    }
+
+    #[test]
+    fn the_newest_events_come_oldest_first_and_the_read_stops_at_the_limit() {
+        let (_dir, path) = log(50_000);
+        let r = query_file(&path, &Query { kind: Some("action".into()), since_seq: None, limit: 4, newest: true })
+            .expect("query");
+        assert_eq!(seqs(&r), [49_989, 49_992, 49_995, 49_998]);
+        assert_eq!(r.more, None, "a newest-first read stops at its limit");
+        let r =
+            query_file(&path, &Query { kind: None, since_seq: Some(49_990), limit: 100, newest: true }).expect("query");
+        assert_eq!(seqs(&r), (49_991..=50_000).collect::<Vec<_>>());
+        assert_eq!(tail_file(&path, 2).expect("tail").len(), 2);
+    }
+
+    #[test]
+    fn a_missing_log_reads_as_empty_and_a_torn_line_is_skipped() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let missing = dir.path().join("none.jsonl");
+        assert!(query_file(&missing, &Query { limit: 5, ..Query::default() }).expect("query").events.is_empty());
+        let (_d, path) = log(10);
+        std::fs::OpenOptions::new().append(true).open(&path).expect("open").write_all(b"{\"seq\":11,\"ts").expect("w");
+        let r = query_file(&path, &Query { limit: 100, ..Query::default() }).expect("query");
+        assert_eq!(r.events.len(), 10);
+        assert_eq!(r.last_seq, 10);
+    }
+}
