@@ -237,3 +237,63 @@ fn gm_help_lists_serve_and_every_verb() {
     let schema: Value = serde_json::from_slice(&out.stdout).expect("schema");
     assert_eq!(schema["type"], "object");
 }
+
+#[test]
+fn a_large_file_is_paged_from_disk_to_its_last_page_and_a_change_is_seen_at_once() {
+    let mut gm = Gm::start(&[]);
+    gm.ready();
+    // 400,000 lines, about 6 MB: past the size read whole.
+    let text: String = (1..=400_000).map(|i| format!("row {i:07} {}\n", "y".repeat(i % 7))).collect();
+    std::fs::write(gm.workspace.join("big.txt"), &text).expect("write");
+    let r = gm.js("const first = await gm.read_file({ path: 'big.txt', limit: 2 });
+         const last = await gm.read_file({ path: 'big.txt', offset: first.totalLines - 1 });
+         const middle = await gm.read_file({ path: 'big.txt', offset: 123457, limit: 1 });
+         return { first, last, middle };");
+    assert_eq!(r["first"]["content"], "row 0000001 y\nrow 0000002 yy\n");
+    assert_eq!(r["first"]["totalLines"], 400_000);
+    assert_eq!(r["first"]["next"], 3);
+    assert_eq!(r["first"]["bytes"], text.len());
+    assert_eq!(r["last"]["content"], text.lines().skip(399_998).map(|l| format!("{l}\n")).collect::<String>());
+    assert_eq!((r["last"]["startLine"].as_u64(), r["last"]["endLine"].as_u64()), (Some(399_999), Some(400_000)));
+    assert!(r["last"].get("next").is_none());
+    assert_eq!(r["middle"]["content"], format!("{}\n", text.lines().nth(123_456).expect("line")));
+    // A change to the file is seen at once: the line index is for one version of it.
+    std::fs::write(gm.workspace.join("big.txt"), format!("new first\n{text}")).expect("rewrite");
+    let again = gm.js("return await gm.read_file({ path: 'big.txt', offset: 400001 });");
+    assert_eq!(again["totalLines"], 400_001);
+    assert_eq!(again["content"], text.lines().last().map(|l| format!("{l}\n")).expect("last"));
+}
+
+#[test]
+fn a_large_file_pages_as_text_where_the_page_is_text() {
+    let mut gm = tools();
+    let mut bytes: Vec<u8> = (0..200_000).flat_map(|i| format!("line {i}\n").into_bytes()).collect();
+    bytes.extend_from_slice(b"\xff\xfe binary tail\n");
+    std::fs::write(gm.workspace.join("mixed.log"), &bytes).expect("write");
+    let r = gm.call_ok("read_file", json!({ "path": "mixed.log", "limit": 1 }));
+    assert_eq!(r["content"], "line 0\n");
+    let e = gm.call_err("read_file", json!({ "path": "mixed.log", "offset": 200_001 }));
+    assert_eq!(e["code"], "not_text");
+}
+
+#[test]
+fn an_edit_of_a_large_file_diffs_only_around_the_change_and_saves_a_long_diff_whole() {
+    let mut gm = tools();
+    let text: String = (1..=300_000).map(|i| format!("row {i:07}\n")).collect();
+    std::fs::write(gm.workspace.join("big.txt"), &text).expect("write");
+    let one = gm.call_ok("edit_file", json!({ "path": "big.txt", "old": "row 0150000\n", "new": "row 150k\n" }));
+    let diff = one["diff"].as_str().expect("diff");
+    assert!(diff.contains("@@ -149997,7 +149997,7 @@\n row 0149997\n"), "{diff}");
+    assert!(diff.contains("-row 0150000\n+row 150k\n"), "{diff}");
+    assert!(one.get("diffCut").is_none());
+    // Every line changed: a diff far past the inline size.
+    let all = gm.call_ok("edit_file", json!({ "path": "big.txt", "old": "row ", "new": "ROW ", "all": true }));
+    assert_eq!(all["replacements"], 300_000);
+    let inline = all["diff"].as_str().expect("diff");
+    let cut = all["diffCut"].as_u64().expect("diffCut") as usize;
+    let whole = std::fs::read_to_string(all["diffFile"].as_str().expect("diffFile")).expect("the whole diff");
+    assert_eq!(whole.len(), inline.len() + cut);
+    assert!(whole.starts_with(inline));
+    assert_eq!(whole.lines().filter(|l| l.starts_with("-row ")).count(), 300_000);
+    assert_eq!(whole.lines().filter(|l| l.starts_with("+ROW ")).count(), 300_000);
+}

@@ -67,10 +67,45 @@ pub async fn read_file(ctx: Ctx, args: ReadFileArgs) -> Result<ReadFileReply, Ve
     let path = resolve(&ctx, &args.path)?;
     refuse_secrets(&ctx, &path)?;
     let _guard = lock(&ctx, &[&path], Mode::Read).await?;
+    let size = std::fs::metadata(&path).map_err(|e| VerbError::io("cannot read", &path, e))?.len();
+    if size > IN_MEMORY_MAX {
+        // A large file is paged from disk on a blocking thread: only the page is read into
+        // memory, and only the page must be text.
+        let shown = path.clone();
+        return tokio::task::spawn_blocking(move || large_page(&shown, offset, limit))
+            .await
+            .map_err(|e| VerbError::Internal(format!("read_file failed: {e}")))?;
+    }
     let bytes = std::fs::read(&path).map_err(|e| VerbError::io("cannot read", &path, e))?;
     let size = bytes.len() as u64;
     let text = String::from_utf8(bytes).map_err(|_| VerbError::NotText { path: path.clone(), size })?;
     Ok(page(path.to_string_lossy().into_owned(), &text, offset, limit))
+}
+
+/// Files up to this size are read whole; larger ones a page at a time (see [`super::lines`]).
+const IN_MEMORY_MAX: u64 = 1 << 20;
+
+fn large_page(path: &Path, offset: usize, limit: usize) -> Result<ReadFileReply, VerbError> {
+    let p = super::lines::page(path, offset, limit, MAX_PAGE_BYTES).map_err(|e| match e {
+        super::lines::PageError::Io(e) => VerbError::io("cannot read", path, e),
+        super::lines::PageError::LineTooLong { line } => VerbError::Refused(format!(
+            "line {line} of {} is longer than {} MiB; read a part of it with run_shell (e.g. sed -n '{line}p' | cut -c1-10000)",
+            path.display(),
+            super::lines::MAX_LINE_BYTES >> 20
+        )),
+    })?;
+    let content =
+        String::from_utf8(p.bytes).map_err(|_| VerbError::NotText { path: path.to_owned(), size: p.file_bytes })?;
+    let next = (p.end_line < p.total_lines).then_some(p.end_line + 1);
+    Ok(ReadFileReply {
+        path: path.to_string_lossy().into_owned(),
+        content,
+        start_line: p.start_line,
+        end_line: p.end_line,
+        total_lines: p.total_lines,
+        bytes: p.file_bytes,
+        next,
+    })
 }
 
 /// Tells the search index a file inside the workspace changed, so the next search sees it.
@@ -205,7 +240,19 @@ pub struct EditFileReply {
     pub path: String,
     pub replacements: usize,
     pub diff: String,
+    /// Bytes of the diff left out of `diff`; the whole is in `diffFile`.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub diff_cut: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diff_file: Option<String>,
 }
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// Bytes of an edit's diff kept inline; past this the whole diff is saved to `.gm/out/`.
+const INLINE_DIFF: usize = 256 * 1024;
 
 pub async fn edit_file(ctx: Ctx, args: EditFileArgs) -> Result<EditFileReply, VerbError> {
     if args.old.is_empty() {
@@ -214,29 +261,51 @@ pub async fn edit_file(ctx: Ctx, args: EditFileArgs) -> Result<EditFileReply, Ve
     let path = resolve(&ctx, &args.path)?;
     refuse_secrets(&ctx, &path)?;
     let _guard = lock(&ctx, &[&path], Mode::Write).await?;
-    let bytes = std::fs::read(&path).map_err(|e| VerbError::io("cannot read", &path, e))?;
+    let out_dir = ctx.state_dir.join("out");
+    let large = std::fs::metadata(&path).is_ok_and(|m| m.len() > IN_MEMORY_MAX);
+    let reply = if large {
+        // Reading, replacing and writing a large file is blocking work: off the arbiter.
+        let (p, out) = (path.clone(), out_dir.clone());
+        tokio::task::spawn_blocking(move || edit_in_place(&p, &args, &out))
+            .await
+            .map_err(|e| VerbError::Internal(format!("edit_file failed: {e}")))??
+    } else {
+        edit_in_place(&path, &args, &out_dir)?
+    };
+    touched(&ctx, &path);
+    Ok(reply)
+}
+
+fn edit_in_place(path: &Path, args: &EditFileArgs, out_dir: &Path) -> Result<EditFileReply, VerbError> {
+    let bytes = std::fs::read(path).map_err(|e| VerbError::io("cannot read", path, e))?;
     let size = bytes.len() as u64;
-    let before = String::from_utf8(bytes).map_err(|_| VerbError::NotText { path: path.clone(), size })?;
+    let before = String::from_utf8(bytes).map_err(|_| VerbError::NotText { path: path.to_owned(), size })?;
     let starts: Vec<usize> = before.match_indices(&args.old).map(|(i, _)| i).collect();
     match starts.len() {
-        0 => return Err(VerbError::NoMatch { path, hint: near_miss_hint(&before, &args.old) }),
+        0 => return Err(VerbError::NoMatch { path: path.to_owned(), hint: near_miss_hint(&before, &args.old) }),
         1 => {}
         n if !args.all.unwrap_or(false) => {
             let lines = starts.iter().map(|&i| before[..i].matches('\n').count() + 1).collect();
-            return Err(VerbError::AmbiguousMatch { path, count: n, lines });
+            return Err(VerbError::AmbiguousMatch { path: path.to_owned(), count: n, lines });
         }
         _ => {}
     }
     let after = before.replace(&args.old, &args.new);
-    write_atomic(&path, after.as_bytes())?;
-    touched(&ctx, &path);
+    write_atomic(path, after.as_bytes())?;
     let shown = path.to_string_lossy().into_owned();
-    let diff = similar::TextDiff::from_lines(&before, &after)
-        .unified_diff()
-        .context_radius(3)
-        .header(&format!("a/{shown}"), &format!("b/{shown}"))
-        .to_string();
-    Ok(EditFileReply { path: shown, replacements: starts.len(), diff })
+    let whole = super::edit_diff::replacement_diff(&before, &after, &starts, args.old.len(), args.new.len(), &shown);
+    let (diff, diff_cut, diff_file) = if whole.len() > INLINE_DIFF {
+        let mut keep = INLINE_DIFF;
+        while !whole.is_char_boundary(keep) {
+            keep -= 1;
+        }
+        let file = super::out::unique_path(out_dir, "edit", ".diff");
+        let saved = std::fs::create_dir_all(out_dir).and_then(|()| std::fs::write(&file, &whole)).is_ok();
+        (whole[..keep].to_owned(), whole.len() - keep, saved.then(|| file.to_string_lossy().into_owned()))
+    } else {
+        (whole, 0, None)
+    };
+    Ok(EditFileReply { path: shown, replacements: starts.len(), diff, diff_cut, diff_file })
 }
 
 /// When the text is not found verbatim, says whether it would match ignoring whitespace,

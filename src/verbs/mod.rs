@@ -6,9 +6,11 @@
 //! serializable value or a [`VerbError`].
 
 pub mod ci;
+mod edit_diff;
 mod error;
 pub mod files;
 pub mod git;
+pub mod lines;
 pub mod log;
 pub mod out;
 pub mod paths;

@@ -1,0 +1,293 @@
+//! Pages of a large text file by line number, read without holding the file in memory.
+//!
+//! The first page of a file scans it once, counting its lines and noting where every
+//! [`STRIDE`]th line starts; that line index is kept (for a few files, keyed by device, inode,
+//! size and modification time, so any change to the file rebuilds it) and a later page seeks
+//! to the nearest noted line and reads only from there. Memory stays at one read buffer plus
+//! the page, whatever the file's size.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Lines between two noted line starts.
+const STRIDE: usize = 16 * 1024;
+/// Files whose line index is kept.
+const KEPT: usize = 8;
+const CHUNK: usize = 1 << 20;
+/// The longest single line a page holds; a longer one is refused rather than read into memory.
+pub const MAX_LINE_BYTES: usize = 16 << 20;
+
+/// One page of lines.
+#[derive(Debug, PartialEq)]
+pub struct Page {
+    /// The page's bytes: whole lines, each with its newline.
+    pub bytes: Vec<u8>,
+    /// The first and last line in the page, 1-based; `end_line < start_line` when empty.
+    pub start_line: usize,
+    pub end_line: usize,
+    pub total_lines: usize,
+    pub file_bytes: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PageError {
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error("line {line} is longer than {MAX_LINE_BYTES} bytes")]
+    LineTooLong { line: usize },
+}
+
+/// Where lines start in one version of a file.
+struct LineIndex {
+    total_lines: usize,
+    /// `starts[k]` is the byte offset of line `k * STRIDE + 1`.
+    starts: Vec<u64>,
+}
+
+#[derive(Clone, PartialEq, Eq)]
+struct Version {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime_ns: i128,
+}
+
+/// The kept line indexes, least recently used first.
+type Kept = Mutex<Vec<(Version, Arc<LineIndex>)>>;
+
+fn indexes() -> &'static Kept {
+    static INDEXES: OnceLock<Kept> = OnceLock::new();
+    INDEXES.get_or_init(Mutex::default)
+}
+
+fn cached(version: &Version) -> Option<Arc<LineIndex>> {
+    let mut kept = indexes().lock().ok()?;
+    let at = kept.iter().position(|(v, _)| v == version)?;
+    let entry = kept.remove(at);
+    let index = entry.1.clone();
+    kept.push(entry);
+    Some(index)
+}
+
+fn keep(version: Version, index: Arc<LineIndex>) {
+    if let Ok(mut kept) = indexes().lock() {
+        kept.retain(|(v, _)| !(v.dev == version.dev && v.ino == version.ino));
+        if kept.len() >= KEPT {
+            kept.remove(0);
+        }
+        kept.push((version, index));
+    }
+}
+
+/// Lines `offset..offset + limit` (1-based) of the file at `path`, stopping early rather than
+/// let the page pass `max_bytes` (a page always holds its first line).
+pub fn page(path: &Path, offset: usize, limit: usize, max_bytes: usize) -> Result<Page, PageError> {
+    let mut file = File::open(path)?;
+    let meta = file.metadata()?;
+    let version = Version {
+        dev: meta.dev(),
+        ino: meta.ino(),
+        size: meta.len(),
+        mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+    };
+    let known = cached(&version);
+    // With an index, start at the noted line at or before `offset`; without one, at the top.
+    let (first_line, start_byte) = match &known {
+        Some(index) => {
+            let k = ((offset - 1) / STRIDE).min(index.starts.len().saturating_sub(1));
+            (k * STRIDE + 1, index.starts.get(k).copied().unwrap_or(0))
+        }
+        None => (1, 0),
+    };
+    file.seek(SeekFrom::Start(start_byte))?;
+    let mut scan = Scan::new(offset, limit, max_bytes, first_line, known.is_none());
+    let mut buf = vec![0u8; CHUNK];
+    let mut pos = start_byte;
+    loop {
+        let n = match file.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e.into()),
+        };
+        scan.feed(&buf[..n], pos)?;
+        pos += n as u64;
+        if known.is_some() && scan.page_done {
+            break;
+        }
+    }
+    scan.finish();
+    let total_lines = match &known {
+        Some(index) => index.total_lines,
+        None => {
+            let total = scan.line - 1;
+            keep(version, Arc::new(LineIndex { total_lines: total, starts: std::mem::take(&mut scan.starts) }));
+            total
+        }
+    };
+    let end_line = offset + scan.page_lines - 1;
+    Ok(Page { bytes: scan.page, start_line: offset, end_line, total_lines, file_bytes: meta.len() })
+}
+
+/// The state of one pass over a file.
+struct Scan {
+    offset: usize,
+    limit: usize,
+    max_bytes: usize,
+    /// The line the next byte belongs to.
+    line: usize,
+    /// The next byte starts a line.
+    at_line_start: bool,
+    /// The line being read, when it belongs in the page.
+    current: Vec<u8>,
+    page: Vec<u8>,
+    page_lines: usize,
+    page_done: bool,
+    /// Noting line starts (the first pass over this version of the file).
+    noting: bool,
+    starts: Vec<u64>,
+}
+
+impl Scan {
+    fn new(offset: usize, limit: usize, max_bytes: usize, first_line: usize, noting: bool) -> Self {
+        Self {
+            offset,
+            limit,
+            max_bytes,
+            line: first_line,
+            at_line_start: true,
+            current: Vec::new(),
+            page: Vec::new(),
+            page_lines: 0,
+            page_done: false,
+            noting,
+            starts: Vec::new(),
+        }
+    }
+
+    fn wanted(&self) -> bool {
+        !self.page_done && self.line >= self.offset
+    }
+
+    fn feed(&mut self, chunk: &[u8], pos: u64) -> Result<(), PageError> {
+        let mut from = 0;
+        for nl in memchr::memchr_iter(b'\n', chunk) {
+            self.line_starts_at(pos + from as u64);
+            if self.wanted() {
+                self.take(&chunk[from..=nl])?;
+                self.end_line();
+            }
+            self.line += 1;
+            self.at_line_start = true;
+            from = nl + 1;
+        }
+        if from < chunk.len() {
+            self.line_starts_at(pos + from as u64);
+            self.at_line_start = false;
+            if self.wanted() {
+                self.take(&chunk[from..])?;
+            }
+        }
+        Ok(())
+    }
+
+    fn line_starts_at(&mut self, at: u64) {
+        if self.noting && self.at_line_start && (self.line - 1) % STRIDE == 0 {
+            self.starts.push(at);
+        }
+    }
+
+    fn take(&mut self, bytes: &[u8]) -> Result<(), PageError> {
+        if self.current.len() + bytes.len() > MAX_LINE_BYTES {
+            return Err(PageError::LineTooLong { line: self.line });
+        }
+        self.current.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    /// The line in `current` is whole: into the page, unless the page is full.
+    fn end_line(&mut self) {
+        let fits = self.page.is_empty() || self.page.len() + self.current.len() <= self.max_bytes;
+        if fits && self.page_lines < self.limit {
+            self.page.append(&mut self.current);
+            self.page_lines += 1;
+        } else {
+            self.current.clear();
+            self.page_done = true;
+        }
+        if self.page_lines >= self.limit {
+            self.page_done = true;
+        }
+    }
+
+    /// The end of the file: a last line without a newline is a line too.
+    fn finish(&mut self) {
+        if !self.at_line_start {
+            if self.wanted() {
+                self.end_line();
+            }
+            self.line += 1;
+            self.at_line_start = true;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What read_file's in-memory path returns for the same text.
+    fn expected(text: &str, offset: usize, limit: usize, max: usize) -> (String, usize, usize) {
+        let total = text.split_inclusive('\n').count();
+        let mut content = String::new();
+        let mut end = offset - 1;
+        for line in text.split_inclusive('\n').skip(offset - 1).take(limit) {
+            if !content.is_empty() && content.len() + line.len() > max {
+                break;
+            }
+            content.push_str(line);
+            end += 1;
+        }
+        (content, end, total)
+    }
+
+    #[test]
+    fn pages_match_the_in_memory_pages_with_and_without_the_line_index() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let lines: Vec<String> = (0..STRIDE * 3 + 7).map(|i| format!("line {i} {}\n", "x".repeat(i % 13))).collect();
+        for (name, text) in [
+            ("ends-with-newline", lines.concat()),
+            ("no-final-newline", lines.concat().trim_end().to_owned()),
+            ("empty", String::new()),
+            ("one", "only\n".into()),
+        ] {
+            let path = dir.path().join(name);
+            std::fs::write(&path, &text).expect("write");
+            let total = text.split_inclusive('\n').count();
+            for (offset, limit, max) in [
+                (1, 10, 1 << 20),
+                (STRIDE, 3, 1 << 20),
+                (STRIDE + 1, 2, 1 << 20),
+                (2 * STRIDE + 5, 4000, 1 << 20),
+                (total.max(1), 5, 1 << 20),
+                (total + 3, 5, 1 << 20),
+                (100, 100, 50),
+            ] {
+                // First with no index (a fresh version of the file), then with one.
+                for pass in ["cold", "warm"] {
+                    let p = page(&path, offset, limit, max).expect("page");
+                    let (content, end, total) = expected(&text, offset, limit, max);
+                    assert_eq!(String::from_utf8(p.bytes).expect("utf8"), content, "{name} {offset} {limit} {pass}");
+                    assert_eq!((p.end_line, p.total_lines), (end, total), "{name} {offset} {limit} {pass}");
+                }
+            }
+            // A changed file is read again, not from the old index.
+            let changed = format!("{text}more\n");
+            std::fs::write(&path, &changed).expect("append");
+            assert_eq!(page(&path, 1, 1, 1 << 20).expect("page").total_lines, expected(&changed, 1, 1, 1).2, "{name}");
+        }
+    }
+}
