@@ -14,6 +14,8 @@ use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+
+use crate::blobs::Blobs;
 use serde_json::{json, Value};
 
 #[derive(Debug, thiserror::Error)]
@@ -143,6 +145,20 @@ fn read_calls(log: &Path) -> Result<Recording, BenchError> {
         }
     }
     Ok(Recording { calls, surface, workspace })
+}
+
+/// Puts back the blobs a call's arguments refer to, from the first store that has them all.
+fn restore(stores: &[Blobs], args: &mut Value) -> Result<(), String> {
+    let mut last = Ok(());
+    for store in stores {
+        let mut candidate = args.clone();
+        last = store.restore(&mut candidate);
+        if last.is_ok() {
+            *args = candidate;
+            return Ok(());
+        }
+    }
+    last
 }
 
 /// The workspace to copy: the one given, else the one the log's first start event names, else
@@ -300,6 +316,21 @@ pub fn run(opts: &BenchOptions) -> Result<BenchReport, BenchError> {
     }
     let surface = opts.surface.clone().or(recorded_surface).unwrap_or_else(|| "tools".into());
     let source = source_workspace(opts, recorded_workspace)?;
+    // Long strings were logged as blobs: put them back, from beside the log or from the
+    // recorded workspace's store. A call whose blob is gone is reported, not replayed.
+    let stores: Vec<Blobs> =
+        opts.log.parent().map(Blobs::new).into_iter().chain(std::iter::once(Blobs::new(&source.join(".gm")))).collect();
+    let mut unreplayable = Vec::new();
+    let calls: Vec<Call> = calls
+        .into_iter()
+        .filter_map(|mut call| match restore(&stores, &mut call.args) {
+            Ok(()) => Some(call),
+            Err(error) => {
+                unreplayable.push(Failure { seq: call.seq, tool: call.tool.clone(), error });
+                None
+            }
+        })
+        .collect();
     let repeat = opts.repeat.max(1);
     let concurrency = opts.concurrency.max(1);
     let progress = opts.progress.then(|| {
@@ -312,7 +343,10 @@ pub fn run(opts: &BenchOptions) -> Result<BenchReport, BenchError> {
     });
     let mut latencies: HashMap<String, Vec<f64>> = HashMap::new();
     let mut errors: HashMap<String, usize> = HashMap::new();
-    let mut failures = Vec::new();
+    for f in &unreplayable {
+        *errors.entry(f.tool.clone()).or_default() += repeat;
+    }
+    let mut failures = unreplayable;
     let mut wall = Duration::ZERO;
     let mut workspace = PathBuf::new();
     for round in 0..repeat {

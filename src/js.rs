@@ -67,9 +67,10 @@ impl JsHost for Host {
             let result = called.result.map_err(|e| e.to_json());
             let secrets = ctx.secrets.get();
             if let Some(log) = &ctx.log {
+                let logged_args = ctx.blobs.args_for_log(&args, &secrets);
                 let fields = CodeCallFields {
                     verb: &name,
-                    args: &args,
+                    args: &logged_args,
                     outcome: if result.is_ok() { "ok" } else { "error" },
                     ms: millis(started),
                     in_flight: called.in_flight,

@@ -12,6 +12,7 @@
 //! - [`search`]: tracked files, grep, the BM25 line index and the wiki, as library code.
 //! - [`js`]: the bridge from run_code bodies to verbs (`gm.<verb>(args)`).
 //! - [`skills`]: the skill files served as resources, SEP-2640 skills and prompts.
+//! - [`blobs`]: `.gm/blobs/`, the long strings of logged calls, kept once by their sha256.
 //! - [`secrets`]: `.gm/secrets.env`: values given to shells, replaced in everything returned.
 //! - [`gitignore`]: adding lines to the workspace's .gitignore without disturbing it.
 //! - [`docs`]: reference tables printed from the code (`gm docs`), so the README cannot drift.
@@ -22,6 +23,7 @@
 //! JSON-RPC; actors never see verbs; the LogWriter actor is the only writer of the run log.
 
 pub mod bench;
+pub mod blobs;
 pub mod docs;
 pub mod gitignore;
 pub mod js;

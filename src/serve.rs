@@ -13,6 +13,7 @@ use gm_actors::sys;
 use gm_actors::transport::{spawn_stdin_reader, StdoutWriter};
 use serde_json::{json, Value};
 
+use crate::blobs::Blobs;
 use crate::gitignore;
 use crate::run_state::{Loaded, RunState, RunStateFile};
 use crate::search::calls::CallIndex;
@@ -89,6 +90,19 @@ fn env_millis(name: &str) -> Option<std::time::Duration> {
     (ms > 0).then(|| std::time::Duration::from_millis(ms))
 }
 
+/// Prunes the blob store on a thread of its own, logging what it removed.
+fn prune_blobs(blobs: Arc<Blobs>, log: Addr<LogWriter>) {
+    let spawned = std::thread::Builder::new().name("gm-blobs".into()).spawn(move || {
+        let (files, bytes) = blobs.prune(crate::blobs::MAX_BYTES, crate::blobs::KEEP_BYTES);
+        if files > 0 {
+            log.do_send(Event::new("blobs", json!({ "pruned": files, "bytes": bytes })));
+        }
+    });
+    if let Err(e) = spawned {
+        eprintln!("gm: cannot start pruning the blob store: {e}");
+    }
+}
+
 /// A run id: UTC start time plus a random suffix, sortable and unique.
 pub fn new_run_id() -> String {
     let now = time::OffsetDateTime::now_utc();
@@ -120,12 +134,13 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
             calls: start_calls(&workspace),
             workspace: workspace.clone().into(),
             secrets: Arc::new(SecretsFile::new(state_dir.join("secrets.env"))),
-            state_dir: state_dir.into(),
+            state_dir: state_dir.clone().into(),
             locks: FileLocks::default().start(),
             log: Some(log.clone()),
             skills: skills.clone(),
             jobs: jobs.clone(),
             scheduler: Scheduler::new(opts.max_inflight).start(),
+            blobs: Arc::new(Blobs::new(&state_dir)),
         });
         log.do_send(Event::new(
             "start",
@@ -161,6 +176,7 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
         for event in jobs.send(TakeStartupEvents).await.unwrap_or_default() {
             log.do_send(Event::new("job", serde_json::to_value(&event).unwrap_or_default()));
         }
+        prune_blobs(ctx.blobs.clone(), log.clone());
         if report.repaired_bytes > 0 {
             eprintln!("gm: cut a torn last line ({} bytes) from the run log", report.repaired_bytes);
         }
@@ -210,12 +226,13 @@ pub fn run_verb(workspace_dir: &Path, name: &str, args: Value) -> Result<Value, 
             calls: start_calls(&workspace),
             secrets: Arc::new(SecretsFile::new(state_dir.join("secrets.env"))),
             jobs: Jobs::new(state_dir.join("jobs")).start(),
-            state_dir: state_dir.into(),
+            state_dir: state_dir.clone().into(),
             workspace: workspace.into(),
             locks: FileLocks::default().start(),
             log: None,
             skills: Arc::new(Skills::locate()),
             scheduler: Scheduler::new(DEFAULT_MAX_INFLIGHT).start(),
+            blobs: Arc::new(Blobs::new(&state_dir)),
         });
         let args = verbs::to_json(&args).map_err(|e| e.to_json())?;
         verbs::call(ctx, name, &args)

@@ -524,11 +524,14 @@ async fn call_tool(
     }
     session.borrow_mut().running.remove(&key);
 
+    let secrets = app.ctx.secrets.get();
+    // Long strings in the arguments (a file's content) go to the blob store, not the line.
+    let logged_args = app.ctx.blobs.args_for_log(&args, &secrets);
     let trace = |key: &str| meta.as_ref().and_then(|m| m.get(key));
     let fields = ActionFields {
         tool: &name,
         id: &id,
-        args: &args,
+        args: &logged_args,
         outcome: if outcome.is_ok() { "ok" } else { "error" },
         ms: millis(started),
         in_flight,
@@ -538,7 +541,6 @@ async fn call_tool(
         baggage: trace("baggage"),
         cancelled: was_cancelled,
     };
-    let secrets = app.ctx.secrets.get();
     if let Some(log) = &app.ctx.log {
         log.do_send(secrets.log_event("action", &fields));
     }

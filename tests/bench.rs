@@ -176,3 +176,55 @@ fn a_missing_log_is_its_own_error() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("cannot read the log /nonexistent/recorded.jsonl"), "{err}");
 }
+
+#[test]
+fn long_contents_are_logged_as_blobs_and_a_replay_writes_them_back() {
+    let ws = tempfile::tempdir().expect("tempdir");
+    let big: String = (0..20_000).map(|i| format!("content line {i}\n")).collect();
+    let mut gm = Gm::start_in(ws.path(), &["--surface", "tools"], &[]);
+    gm.initialize("2025-11-25");
+    gm.call_ok("write_file", json!({ "path": "big.txt", "content": big }));
+    gm.call_ok("edit_file", json!({ "path": "big.txt", "old": "content line 7\n", "new": "seven\n" }));
+    gm.close_stdin();
+    gm.wait_exit(Duration::from_secs(5)).expect("exit");
+    let log = ws.path().join(".gm/log.jsonl");
+    let text = std::fs::read_to_string(&log).expect("log");
+    let write = text.lines().find(|l| l.contains("\"tool\":\"write_file\"")).expect("the write's action");
+    assert!(write.len() < 1000, "the log line stays small: {} bytes", write.len());
+    let event: Value = serde_json::from_str(write).expect("json");
+    let reference = &event["args"]["content"];
+    assert_eq!(reference["bytes"], big.len());
+    let digest = reference["$blob"].as_str().expect("a blob reference").trim_start_matches("sha256:").to_owned();
+    let blob = ws.path().join(".gm/blobs").join(&digest[..2]).join(&digest);
+    assert_eq!(std::fs::read_to_string(&blob).expect("the blob"), big);
+
+    let original = tempfile::tempdir().expect("tempdir");
+    let kept = original.path().join("replayed");
+    let replay = |kept: &Path| {
+        let out = Command::new(gm_bin())
+            .arg("bench")
+            .arg(&log)
+            .args(["--json", "--workspace"])
+            .arg(original.path())
+            .arg("--keep")
+            .arg(kept)
+            .output()
+            .expect("runs");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<Value>(&out.stdout).expect("json")
+    };
+    let report = replay(&kept);
+    assert_eq!(report["errors"], 0, "{report}");
+    assert_eq!(
+        std::fs::read_to_string(kept.join("big.txt")).expect("replayed"),
+        big.replacen("content line 7\n", "seven\n", 1)
+    );
+    // Without its blob the write cannot be replayed: it is reported, and the rest goes on.
+    std::fs::remove_file(&blob).expect("remove the blob");
+    let report = replay(&original.path().join("again"));
+    let failures = report["failures"].as_array().expect("failures");
+    assert!(
+        failures.iter().any(|f| f["tool"] == "write_file" && f["error"].as_str().is_some_and(|e| e.contains("pruned"))),
+        "{report}"
+    );
+}

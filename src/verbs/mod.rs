@@ -41,6 +41,7 @@ use serde_json::Value;
 
 pub use error::{VerbError, ERROR_CODES};
 
+use crate::blobs::Blobs;
 use crate::secrets::SecretsFile;
 use crate::skills::Skills;
 
@@ -115,6 +116,8 @@ pub struct Shared {
     pub secrets: Arc<SecretsFile>,
     /// Admits every verb call, whichever surface it came from.
     pub scheduler: Addr<Scheduler>,
+    /// Where the long strings of logged calls are kept.
+    pub blobs: Arc<Blobs>,
 }
 
 impl std::ops::Deref for Ctx {
