@@ -139,7 +139,7 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
             log: Some(log.clone()),
             skills: skills.clone(),
             jobs: jobs.clone(),
-            scheduler: Scheduler::new(opts.max_inflight).start(),
+            scheduler: Scheduler::new(opts.max_inflight),
             blobs: Arc::new(Blobs::new(&state_dir)),
         });
         log.do_send(Event::new(
@@ -231,7 +231,7 @@ pub fn run_verb(workspace_dir: &Path, name: &str, args: Value) -> Result<Value, 
             locks: FileLocks::default().start(),
             log: None,
             skills: Arc::new(Skills::locate()),
-            scheduler: Scheduler::new(DEFAULT_MAX_INFLIGHT).start(),
+            scheduler: Scheduler::new(DEFAULT_MAX_INFLIGHT),
             blobs: Arc::new(Blobs::new(&state_dir)),
         });
         let args = verbs::to_json(&args).map_err(|e| e.to_json())?;

@@ -15,7 +15,6 @@ use futures::FutureExt;
 use gm_actors::jobs::KillForeground;
 use gm_actors::js_engine::{CancelToken, JsEngines};
 use gm_actors::log_writer::{Event, Flush, SetRun};
-use gm_actors::scheduler;
 use gm_actors::transport::{Incoming, Send as SendLine, StdoutWriter};
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
@@ -580,7 +579,7 @@ async fn run_tool(
         return (called.result.map(ToolOutput::json).map_err(|e| e.to_json()), called.in_flight);
     };
     let permit = tokio::select! {
-        permit = scheduler::admit(&app.ctx.scheduler, tool.pool, false) => permit,
+        permit = app.ctx.scheduler.admit(tool.pool, false) => permit,
         () = cancel.cancelled() => return (Err(VerbError::Cancelled.to_json()), 0),
     };
     let in_flight = permit.as_ref().map_or(0, |p| p.in_flight);

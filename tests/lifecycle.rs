@@ -14,10 +14,18 @@ fn process_alive(pid: i32) -> bool {
     unsafe { libc::kill(pid, 0) == 0 }
 }
 
-/// Whether a process group still has members.
+/// Whether a process group still has a member that is not a zombie (a killed process stays a
+/// zombie until its new parent reaps it, which kill(-pgid, 0) cannot tell from alive).
 fn group_alive(pgid: i32) -> bool {
-    // SAFETY: signal 0 only checks for existence.
-    unsafe { libc::kill(-pgid, 0) == 0 }
+    let Ok(procs) = std::fs::read_dir("/proc") else { return false };
+    procs.filter_map(Result::ok).any(|p| {
+        let Ok(stat) = std::fs::read_to_string(p.path().join("stat")) else { return false };
+        let Some(close) = stat.rfind(')') else { return false };
+        let mut fields = stat[close + 2..].split_whitespace();
+        let state = fields.next();
+        let pgrp = fields.nth(1).and_then(|g| g.parse::<i32>().ok());
+        pgrp == Some(pgid) && state != Some("Z")
+    })
 }
 
 fn wait_for_file(path: &std::path::Path) -> String {
@@ -51,6 +59,11 @@ fn each_stop_signal_ends_the_foreground_shell_logs_the_stop_and_gives_stdin_its_
         let status = gm.wait_exit(Duration::from_secs(3)).unwrap_or_else(|| panic!("gm outlived {name}"));
         assert!(sent.elapsed() < Duration::from_secs(1), "{name}: gm took {:?} to exit", sent.elapsed());
         assert_eq!(status.code(), Some(128 + signal), "{name}");
+        // The group was sent SIGKILL before gm exited; give the kernel a moment to end it.
+        let killed = Instant::now();
+        while group_alive(shell) && killed.elapsed() < Duration::from_millis(500) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         assert!(!group_alive(shell), "{name}: the foreground shell's group outlived gm");
         assert!(process_alive(job), "{name}: a background job outlives gm, as documented");
         // SAFETY: as above.

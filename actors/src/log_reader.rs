@@ -120,29 +120,94 @@ pub fn query_file(path: &Path, q: &Query) -> std::io::Result<QueryResult> {
     let since = q.since_seq.unwrap_or(0);
     let start = if since > 0 { offset_after(&mut file, since, len)? } else { 0 };
     file.seek(SeekFrom::Start(start))?;
-    let mut reader = BufReader::with_capacity(256 * 1024, file.take(len - start));
-    let mut line = Vec::new();
+    let mut reader = file.take(len - start);
+    let scan = Forward::new(q, since);
+    // Blocks of whole lines; a line cut by the end of a read waits at the front of the buffer.
+    let mut buf = vec![0u8; BLOCK];
+    let mut held = 0;
     loop {
-        line.clear();
-        if reader.read_until(b'\n', &mut line)? == 0 {
+        if held == buf.len() {
+            // One line longer than the buffer: make room for it.
+            buf.resize(buf.len() * 2, 0);
+        }
+        let n = match reader.read(&mut buf[held..]) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if n == 0 {
+            scan.block(&buf[..held], &mut out);
             break;
         }
-        let text = trim_newline(&line);
-        let Some((seq, kind)) = seq_and_kind(text) else { continue };
-        if seq <= since || !matches(q, kind.as_deref()) {
-            continue;
+        held += n;
+        let Some(last_newline) = memchr::memrchr(b'\n', &buf[..held]) else { continue };
+        scan.block(&buf[..=last_newline], &mut out);
+        buf.copy_within(last_newline + 1..held, 0);
+        held -= last_newline + 1;
+    }
+    out.more.get_or_insert(0);
+    Ok(out)
+}
+
+const BLOCK: usize = 1 << 20;
+
+/// A forward scan's filter, applied a block of whole lines at a time.
+struct Forward<'q> {
+    q: &'q Query,
+    since: u64,
+    /// `"kind":"<kind>"`, to jump from one candidate line to the next.
+    pattern: Option<memchr::memmem::Finder<'static>>,
+}
+
+impl<'q> Forward<'q> {
+    fn new(q: &'q Query, since: u64) -> Self {
+        let pattern =
+            q.kind.as_ref().map(|k| memchr::memmem::Finder::new(format!("\"kind\":\"{k}\"").as_bytes()).into_owned());
+        Self { q, since, pattern }
+    }
+
+    fn block(&self, block: &[u8], out: &mut QueryResult) {
+        match &self.pattern {
+            // With a kind, only the lines that hold it are looked at.
+            Some(finder) => {
+                let mut at = 0;
+                while let Some(hit) = finder.find(&block[at..]) {
+                    let hit = at + hit;
+                    let start = memchr::memrchr(b'\n', &block[..hit]).map_or(0, |i| i + 1);
+                    let end = memchr::memchr(b'\n', &block[hit..]).map_or(block.len(), |i| hit + i);
+                    self.line(&block[start..end], out);
+                    at = end + 1;
+                    if at >= block.len() {
+                        break;
+                    }
+                }
+            }
+            None => {
+                let mut start = 0;
+                for end in memchr::memchr_iter(b'\n', block).chain(std::iter::once(block.len())) {
+                    if start < end {
+                        self.line(&block[start..end], out);
+                    }
+                    start = end + 1;
+                }
+            }
         }
-        if out.events.len() < q.limit {
-            match serde_json::from_slice(text) {
-                Ok(v) => out.events.push(v),
-                Err(_) => continue,
+    }
+
+    fn line(&self, line: &[u8], out: &mut QueryResult) {
+        let text = trim_newline(line);
+        let Some((seq, kind)) = seq_and_kind(text) else { return };
+        if seq <= self.since || !matches(self.q, kind.as_deref()) {
+            return;
+        }
+        if out.events.len() < self.q.limit {
+            if let Ok(v) = serde_json::from_slice(text) {
+                out.events.push(v);
             }
         } else {
             *out.more.get_or_insert(0) += 1;
         }
     }
-    out.more.get_or_insert(0);
-    Ok(out)
 }
 
 /// The last `q.limit` matching events, read backwards from the end in growing windows, which
@@ -257,6 +322,17 @@ mod tests {
         let r = query_file(&path, &Query { kind: Some("fake".into()), since_seq: None, limit: 10, newest: false })
             .expect("query");
         assert!(r.events.is_empty());
+        // A field deeper in the line with the same shape as the header's kind is not the kind.
+        let nested = path.with_file_name("nested.jsonl");
+        std::fs::write(
+            &nested,
+            "{\"seq\":1,\"ts\":\"t\",\"run\":\"r\",\"kind\":\"action\",\"args\":{\"kind\":\"end\"}}\n\
+             {\"seq\":2,\"ts\":\"t\",\"run\":\"r\",\"kind\":\"end\",\"args\":{\"kind\":\"end\"}}\n",
+        )
+        .expect("write");
+        let r = query_file(&nested, &Query { kind: Some("end".into()), since_seq: None, limit: 10, newest: false })
+            .expect("query");
+        assert_eq!(seqs(&r), [2]);
     }
 
     #[test]

@@ -28,7 +28,7 @@ use futures::future::BoxFuture;
 use gm_actors::cancel::CancelToken;
 use gm_actors::file_locks::FileLocks;
 use gm_actors::jobs::Jobs;
-use gm_actors::scheduler::{self, Pool, Scheduler};
+use gm_actors::scheduler::{Pool, Scheduler};
 
 use crate::search::calls::CallIndex;
 use crate::search::index::SearchIndex;
@@ -115,7 +115,7 @@ pub struct Shared {
     pub calls: Addr<CallIndex>,
     pub secrets: Arc<SecretsFile>,
     /// Admits every verb call, whichever surface it came from.
-    pub scheduler: Addr<Scheduler>,
+    pub scheduler: Scheduler,
     /// Where the long strings of logged calls are kept.
     pub blobs: Arc<Blobs>,
 }
@@ -409,7 +409,7 @@ pub async fn call(ctx: Ctx, name: &str, args: &RawValue) -> Called {
     let permit = tokio::select! {
         biased;
         () = cancel.cancelled() => return Called { result: Err(VerbError::Cancelled), in_flight: 0 },
-        permit = scheduler::admit(&ctx.scheduler, Pool::Verb, verb.effect == Effect::Shell) => permit,
+        permit = ctx.scheduler.admit(Pool::Verb, verb.effect == Effect::Shell) => permit,
     };
     let in_flight = permit.as_ref().map_or(0, |p| p.in_flight);
     let run = std::panic::AssertUnwindSafe((verb.run)(ctx, args)).catch_unwind().map(|outcome| match outcome {
