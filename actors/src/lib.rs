@@ -2,7 +2,8 @@
 //! messages; nothing here knows about verbs, MCP or JSON-RPC.
 //!
 //! - [`transport`]: the stdin reader thread and the stdout writer (protocol lines only).
-//! - [`scheduler`]: the `--max-inflight` slots and the rule that a shell runs alone.
+//! - [`scheduler`]: the `--max-inflight` slots and the rule that a shell runs alone (a lock
+//!   shared by handles, not an actor: verbs are admitted from several threads, see its docs).
 //! - [`file_locks`]: reader/writer locks keyed by file identity (device + inode), so a symlink
 //!   or a hard link to a file shares that file's lock.
 //! - [`log_writer`]: the run log's only writer; assigns `seq`, group-commits, answers queries.
