@@ -1,5 +1,6 @@
-//! The bridge between run_code bodies and the verb registry: the [`JsHost`] the JsEngine
-//! calls for every `gm.<verb>(args)`. Each call is logged as a `code-call` event.
+//! The bridge between run_code bodies and what they call: the [`JsHost`] the JsEngine calls
+//! for every `gm.<name>(args)` — a native verb from the registry, or a child MCP server's tool.
+//! Each call is logged as a `code-call` event.
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -7,15 +8,22 @@ use std::time::Instant;
 
 use futures::future::BoxFuture;
 use gm_actors::js_engine::{null_json, JsHost};
+use gm_actors::scheduler::Pool;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
-use crate::verbs::{self, Ctx, Json};
+use crate::children::ChildTool;
+use crate::verbs::{self, Ctx, Json, VerbError};
 
 /// The fields of a `code-call` event, written to the log without building a JSON value.
 #[derive(serde::Serialize)]
 struct CodeCallFields<'a> {
     verb: &'a str,
+    /// For a child server's tool: the server and the tool's own name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    server: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool: Option<&'a str>,
     args: &'a RawValue,
     outcome: &'static str,
     ms: f64,
@@ -38,22 +46,40 @@ impl Host {
     }
 }
 
+/// What `gm.verbs()` says of the native verbs (computed once).
+fn native_descriptions() -> &'static [Value] {
+    static DESCRIBED: OnceLock<Vec<Value>> = OnceLock::new();
+    DESCRIBED.get_or_init(|| {
+        verbs::registry()
+            .iter()
+            .map(|v| json!({ "name": v.name, "family": v.family, "description": v.description, "inputSchema": v.input_schema() }))
+            .collect()
+    })
+}
+
+/// What `gm.verbs()` says of a child server's tool.
+pub fn child_description(t: &ChildTool) -> Value {
+    json!({
+        "name": t.name,
+        "family": format!("mcp:{}", t.server),
+        "server": t.server,
+        "tool": t.tool,
+        "description": t.description,
+        "inputSchema": t.input_schema,
+    })
+}
+
 impl JsHost for Host {
     fn names(&self) -> Vec<String> {
-        verbs::registry().iter().map(|v| v.name.to_owned()).collect()
+        let mut names: Vec<String> = verbs::registry().iter().map(|v| v.name.to_owned()).collect();
+        names.extend(self.ctx.children.tools().into_iter().map(|t| t.name));
+        names
     }
 
     fn describe(&self) -> String {
-        static DESCRIBED: OnceLock<String> = OnceLock::new();
-        DESCRIBED
-            .get_or_init(|| {
-                let all: Vec<Value> = verbs::registry()
-                    .iter()
-                    .map(|v| json!({ "name": v.name, "family": v.family, "description": v.description, "inputSchema": v.input_schema() }))
-                    .collect();
-                Value::Array(all).to_string()
-            })
-            .clone()
+        let mut all: Vec<Value> = native_descriptions().to_vec();
+        all.extend(self.ctx.children.tools().iter().map(child_description));
+        Value::Array(all).to_string()
     }
 
     fn call(&self, name: String, args: Json) -> BoxFuture<'static, Result<Json, Json>> {
@@ -63,17 +89,33 @@ impl JsHost for Host {
         // waiting for it, but the call still ends (a cancellable one at once) and is logged.
         let task = tokio::spawn(async move {
             let started = Instant::now();
-            let called = verbs::call(ctx.clone(), &name, &args).await;
-            let result = called.result.map_err(|e| e.to_json());
+            let child = if verbs::find(&name).is_some() { None } else { ctx.children.find(&name) };
+            let (result, in_flight) = match &child {
+                None => {
+                    let called = verbs::call(ctx.clone(), &name, &args).await;
+                    (called.result, called.in_flight)
+                }
+                Some(tool) => call_child(&ctx, tool, &args).await,
+            };
+            let result = result.map_err(|e| match e {
+                // A name no verb or tool has may belong to a child server that did not start.
+                VerbError::UnknownVerb(_) => match ctx.children.why_missing(&name) {
+                    Some(why) => VerbError::Unavailable(why).to_json(),
+                    None => e.to_json(),
+                },
+                other => other.to_json(),
+            });
             let secrets = ctx.secrets.get();
             if let Some(log) = &ctx.log {
                 let logged_args = ctx.blobs.args_for_log(&args, &secrets);
                 let fields = CodeCallFields {
                     verb: &name,
+                    server: child.as_ref().map(|t| t.server.as_str()),
+                    tool: child.as_ref().map(|t| t.tool.as_str()),
                     args: &logged_args,
                     outcome: if result.is_ok() { "ok" } else { "error" },
                     ms: millis(started),
-                    in_flight: called.in_flight,
+                    in_flight,
                     body,
                     error: result.as_ref().err().and_then(|e| e.get("code")),
                 };
@@ -98,6 +140,25 @@ impl JsHost for Host {
     fn base_dir(&self) -> PathBuf {
         self.ctx.workspace.to_path_buf()
     }
+}
+
+/// A child tool's call, admitted like a verb's: its result as the child sent it.
+async fn call_child(ctx: &Ctx, tool: &ChildTool, args: &RawValue) -> (Result<Json, VerbError>, usize) {
+    let permit = tokio::select! {
+        biased;
+        () = ctx.cancel.cancelled() => return (Err(VerbError::Cancelled), 0),
+        permit = ctx.scheduler.admit(Pool::Verb, false) => permit,
+    };
+    let in_flight = permit.as_ref().map_or(0, |p| p.in_flight);
+    let args: Value = match serde_json::from_str(args.get()) {
+        Ok(Value::Null) => json!({}),
+        Ok(v @ Value::Object(_)) => v,
+        Ok(_) => return (Err(VerbError::InvalidArgs("a tool's arguments are an object".into())), in_flight),
+        Err(e) => return (Err(VerbError::InvalidArgs(e.to_string())), in_flight),
+    };
+    let result = ctx.children.call(tool, args, &ctx.cancel).await.and_then(|v| verbs::to_json(&v));
+    drop(permit);
+    (result, in_flight)
 }
 
 /// Milliseconds since `t`, to the microsecond.

@@ -10,7 +10,9 @@
 //! - [`run_state`]: the run's id, task and step in `.gm/run.json`, so a restart continues it.
 //! - [`verbs`]: the registry and the verbs themselves, as plain library code.
 //! - [`search`]: tracked files, grep, the BM25 line index and the wiki, as library code.
-//! - [`js`]: the bridge from run_code bodies to verbs (`gm.<verb>(args)`).
+//! - [`js`]: the bridge from run_code bodies to verbs and child tools (`gm.<verb>(args)`).
+//! - [`mcp_config`]: the three layers of child MCP server config, merged and resolved.
+//! - [`children`]: the child MCP servers gm starts, and their tools as `gm.<server>_<tool>`.
 //! - [`skills`]: the skill files served as resources, SEP-2640 skills and prompts.
 //! - [`blobs`]: `.gm/blobs/`, the long strings of logged calls, kept once by their sha256.
 //! - [`secrets`]: `.gm/secrets.env`: values given to shells, replaced in everything returned.
@@ -24,9 +26,11 @@
 
 pub mod bench;
 pub mod blobs;
+pub mod children;
 pub mod docs;
 pub mod gitignore;
 pub mod js;
+pub mod mcp_config;
 pub mod protocol;
 pub mod run;
 pub mod run_state;

@@ -53,6 +53,13 @@ fn cli() -> Command {
                         .help(format!("Longest JSON-RPC message read; longer ones are dropped unread with an error [default: {DEFAULT_MAX_LINE_BYTES}]")),
                 )
                 .arg(
+                    Arg::new("mcp-config")
+                        .long("mcp-config")
+                        .value_name("FILE")
+                        .value_parser(value_parser!(PathBuf))
+                        .help("A config of child MCP servers (the mcpServers shape of .mcp.json), read after defaults/mcp.json and .gm/mcp.json"),
+                )
+                .arg(
                     Arg::new("step-budget")
                         .long("step-budget")
                         .value_parser(value_parser!(u64).range(1..))
@@ -123,6 +130,7 @@ fn main() -> ExitCode {
             max_line_bytes: sub.get_one::<usize>("max-line-bytes").copied().unwrap_or(DEFAULT_MAX_LINE_BYTES),
             page_size: sub.get_one::<usize>("page-size").copied().unwrap_or(DEFAULT_PAGE_SIZE),
             step_budget: sub.get_one::<u64>("step-budget").copied().unwrap_or(DEFAULT_STEP_BUDGET),
+            mcp_config: sub.get_one::<PathBuf>("mcp-config").cloned(),
         };
         return match serve::serve(opts) {
             Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),

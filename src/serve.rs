@@ -14,7 +14,9 @@ use gm_actors::transport::{spawn_stdin_reader, StdoutWriter};
 use serde_json::{json, Value};
 
 use crate::blobs::Blobs;
+use crate::children::Children;
 use crate::gitignore;
+use crate::mcp_config;
 use crate::run_state::{Loaded, RunState, RunStateFile};
 use crate::search::calls::CallIndex;
 use crate::search::index::SearchIndex;
@@ -44,6 +46,8 @@ pub struct ServeOptions {
     pub page_size: usize,
     /// Steps a new run may take unless its task sets another budget.
     pub step_budget: u64,
+    /// `--mcp-config`: a third layer of child server config.
+    pub mcp_config: Option<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -56,6 +60,8 @@ pub enum ServeError {
     Stdin(std::io::Error),
     #[error("the actor system failed: {0}")]
     System(std::io::Error),
+    #[error(transparent)]
+    McpConfig(#[from] crate::mcp_config::ConfigError),
 }
 
 pub fn workspace(path: &Path) -> Result<PathBuf, ServeError> {
@@ -115,6 +121,8 @@ pub fn new_run_id() -> String {
 /// Serves MCP on stdio until stdin closes or a signal stops it; returns the exit code.
 pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
     let workspace = workspace(&opts.workspace)?;
+    // A config the user named must be there; the other layers only say what is wrong.
+    let mcp_config = mcp_config::load(&workspace, opts.mcp_config.as_deref())?;
     let system = System::new();
     let started: Result<(), ServeError> = system.block_on(async {
         let state_dir = workspace.join(".gm");
@@ -141,6 +149,7 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
             jobs: jobs.clone(),
             scheduler: Scheduler::new(opts.max_inflight),
             blobs: Arc::new(Blobs::new(&state_dir)),
+            children: Children::start(&mcp_config, &workspace, log.clone(), mcp_config::depth()),
         });
         log.do_send(Event::new(
             "start",
@@ -233,6 +242,7 @@ pub fn run_verb(workspace_dir: &Path, name: &str, args: Value) -> Result<Value, 
             skills: Arc::new(Skills::locate()),
             scheduler: Scheduler::new(DEFAULT_MAX_INFLIGHT),
             blobs: Arc::new(Blobs::new(&state_dir)),
+            children: Children::none(),
         });
         let args = verbs::to_json(&args).map_err(|e| e.to_json())?;
         verbs::call(ctx, name, &args)

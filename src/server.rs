@@ -186,6 +186,20 @@ impl Server {
                         Err(e) => Reply::Now(Some(jsonrpc::error(&id, &e))),
                     };
                 }
+                if method == "tools/list" && self.app.surface == Surface::Code {
+                    // run_code's description names the child servers' tools: wait until every
+                    // server has started or failed (each within its startup budget).
+                    let (app, session) = (self.app.clone(), self.session.clone());
+                    return Reply::Later(Box::pin(async move {
+                        app.ctx.children.ready().await;
+                        let server = Server { app, session };
+                        let reply = match server.on_request(&method, params) {
+                            Ok(result) => jsonrpc::result(&id, result),
+                            Err(e) => jsonrpc::error(&id, &e),
+                        };
+                        Some(reply.to_string())
+                    }));
+                }
                 let reply = match self.on_request(&method, params) {
                     Ok(result) => jsonrpc::result(&id, result),
                     Err(e) => jsonrpc::error(&id, &e),
@@ -211,6 +225,14 @@ impl Server {
                 "cancel-ignored",
                 json!({ "requestId": request, "reason": params.get("reason"), "why": "no call with this id is running" }),
             ),
+        }
+    }
+
+    /// The child servers' tools, which only the code surface serves.
+    fn code_surface_children(&self) -> Vec<crate::children::ChildTool> {
+        match self.app.surface {
+            Surface::Code => self.app.ctx.children.tools(),
+            Surface::Tools => Vec::new(),
         }
     }
 
@@ -245,7 +267,7 @@ impl Server {
             })),
             "ping" | "logging/setLevel" => Ok(json!({})),
             "tools/list" => {
-                let tools = surface::tools(self.app.surface);
+                let tools = surface::tools(self.app.surface, &self.code_surface_children());
                 let (page, next) = paginate(tools, &params, self.app.page_size)?;
                 Ok(with_cursor(json!({ "tools": page }), next))
             }
@@ -428,6 +450,7 @@ impl Server {
         let log = self.app.ctx.log.clone();
         let session = self.session.clone();
         let jobs = self.app.ctx.jobs.clone();
+        let children = self.app.ctx.children.clone();
         actix::spawn(async move {
             let grace = match stop {
                 // The client may still read stdout: give calls a moment to reply.
@@ -447,9 +470,10 @@ impl Server {
                 }
                 s.running.len()
             };
-            // Foreground shells end with gm, whichever call started them; background jobs
-            // outlive it.
+            // Foreground shells end with gm, whichever call started them, and so do the child
+            // servers; background jobs outlive it.
             let _ = jobs.send(KillForeground).await;
+            children.stop().await;
             if let Some(log) = log {
                 let mut fields = json!({ "reason": stop.reason(), "unfinishedCalls": unfinished });
                 if let Stop::Signal(n) = stop {
@@ -647,6 +671,13 @@ async fn run_loop_tool(
                 }));
             }
             let (code, budget) = run::parse_run_code(args).map_err(|e| e.to_json())?;
+            // The body's `gm` names the child servers' tools: wait until they have all started or
+            // failed.
+            tokio::select! {
+                biased;
+                () = cancel.cancelled() => return Err(VerbError::Cancelled.to_json()),
+                () = app.ctx.children.ready() => {}
+            }
             let body = {
                 let mut s = session.borrow_mut();
                 s.next_body += 1;

@@ -7,6 +7,7 @@
 use gm_actors::scheduler::Pool;
 use serde_json::{json, Value};
 
+use crate::children::ChildTool;
 use crate::run::{FinishArgs, NextContextArgs, RunCodeArgs};
 use crate::verbs::{self, schema_of, Effect, Traits, QUICK};
 
@@ -33,7 +34,8 @@ pub const FINISH: &str = "finish";
 /// tool name to know how a call behaves.
 pub struct LoopTool {
     pub name: &'static str,
-    pub description: fn() -> String,
+    /// Its description, given the child servers' tools (run_code's names them).
+    pub description: fn(&[ChildTool]) -> String,
     pub schema: fn() -> Value,
     pub traits: Traits,
     /// The slots a call of it takes (verbs take theirs inside `verbs::call`).
@@ -49,7 +51,7 @@ pub fn loop_tools() -> &'static [LoopTool] {
     static TOOLS: [LoopTool; 3] = [
         LoopTool {
             name: NEXT_CONTEXT,
-            description: || {
+            description: |_| {
                 "One step of the run: the governance rules (re-read from skill://gm/SKILL.md every call), the task, the step number and the steps left, open rows, background work and the last log events. Pass { task } to set the run's task and { stepBudget } to set how many steps it may take.".into()
             },
             schema: schema_of::<NextContextArgs>,
@@ -69,7 +71,7 @@ pub fn loop_tools() -> &'static [LoopTool] {
         },
         LoopTool {
             name: FINISH,
-            description: || {
+            description: |_| {
                 "End the run: logs an end event with the summary and the gaps (what is not done, not verified or not known). stopBackground: true also stops background work still running. The next next_context starts a new run.".into()
             },
             schema: schema_of::<FinishArgs>,
@@ -86,12 +88,13 @@ pub fn loop_tool(name: &str) -> Option<&'static LoopTool> {
     loop_tools().iter().find(|t| t.name == name)
 }
 
-/// The tool definitions of a surface, in order.
-pub fn tools(surface: Surface) -> Vec<Value> {
+/// The tool definitions of a surface, in order. `children` are the child servers' tools, which
+/// the code surface's run_code names.
+pub fn tools(surface: Surface, children: &[ChildTool]) -> Vec<Value> {
     let def = |t: &LoopTool| {
         json!({
             "name": t.name,
-            "description": (t.description)(),
+            "description": (t.description)(children),
             "inputSchema": (t.schema)(),
             "annotations": (t.annotations)(),
         })
@@ -124,7 +127,7 @@ pub fn traits(surface: Surface, name: &str) -> Option<Traits> {
     }
 }
 
-fn run_code_description() -> String {
+fn run_code_description(children: &[ChildTool]) -> String {
     let mut d = String::from(
         "Run an async JavaScript body (QuickJS) and return its result. `return` gives the result; \
          console.log/error are captured; a throw comes back as an error with its stack and the line in the body. \
@@ -134,6 +137,13 @@ fn run_code_description() -> String {
     );
     for v in verbs::registry() {
         d.push_str(&format!("- gm.{}(args): {}\n", v.name, v.description));
+    }
+    if !children.is_empty() {
+        d.push_str("Tools of the child MCP servers gm started (the child's result comes back as it sent it; isError: true throws):\n");
+        for t in children {
+            let first = t.description.lines().next().unwrap_or("").trim();
+            d.push_str(&format!("- gm.{}(args): {} [{}]\n", t.name, first, t.server));
+        }
     }
     d.push_str(
         "- gm.verbs(): every verb with its description and argument schema.\n\

@@ -3,10 +3,9 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
-use common::{gm_bin, Gm};
+use common::{gm_command, Gm};
 use serde_json::{json, Value};
 
 fn files(dir: &Path) -> Vec<(String, String)> {
@@ -66,7 +65,7 @@ fn a_replay_reproduces_the_recorded_files_and_reports_every_tool() {
     std::fs::write(&log, text).expect("append");
 
     let kept = root.path().join("replayed");
-    let out = Command::new(gm_bin())
+    let out = gm_command()
         .arg("bench")
         .arg(&log)
         .arg("--workspace")
@@ -106,7 +105,7 @@ fn a_replay_reproduces_the_recorded_files_and_reports_every_tool() {
     assert!(failed.iter().any(|(_, t)| t == "read_file"), "the missing file is reported, the rest went on");
     assert_eq!(files(&kept), files(&recorded), "the replayed files end identical to the recorded ones");
 
-    let table = Command::new(gm_bin()).arg("bench").arg(&log).arg("--workspace").arg(&initial).output().expect("runs");
+    let table = gm_command().arg("bench").arg(&log).arg("--workspace").arg(&initial).output().expect("runs");
     let text = String::from_utf8_lossy(&table.stdout);
     assert!(text.contains("| edit_file | 2 |"), "{text}");
 }
@@ -116,7 +115,7 @@ fn a_log_without_actions_is_a_clear_error() {
     let dir = tempfile::tempdir().expect("tempdir");
     let log = dir.path().join("log.jsonl");
     std::fs::write(&log, "{\"seq\":1,\"kind\":\"start\"}\n").expect("write");
-    let out = Command::new(gm_bin()).arg("bench").arg(&log).output().expect("runs");
+    let out = gm_command().arg("bench").arg(&log).output().expect("runs");
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no action events"));
 }
@@ -141,7 +140,7 @@ fn a_log_copied_anywhere_replays_in_the_workspace_its_start_event_names() {
     std::fs::copy(&log, &copy).expect("copy the log out");
     // By an absolute path outside any .gm/, and by a relative one.
     for (arg, cwd) in [(copy.clone(), std::env::temp_dir()), ("recorded.jsonl".into(), elsewhere.path().to_owned())] {
-        let out = Command::new(gm_bin()).arg("bench").arg(&arg).arg("--json").current_dir(&cwd).output().expect("runs");
+        let out = gm_command().arg("bench").arg(&arg).arg("--json").current_dir(&cwd).output().expect("runs");
         assert!(out.status.success(), "{}: {}", arg.display(), String::from_utf8_lossy(&out.stderr));
         let report: Value = serde_json::from_slice(&out.stdout).expect("json");
         assert_eq!((report["calls"].as_u64(), report["errors"].as_u64()), (Some(2), Some(0)), "{report}");
@@ -156,7 +155,7 @@ fn a_scratch_copy_inside_the_workspace_never_copies_itself() {
     let tmp = ws.path().join("tmp");
     std::fs::create_dir(&tmp).expect("mkdir");
     let kept = tmp.join("kept");
-    let out = Command::new(gm_bin())
+    let out = gm_command()
         .arg("bench")
         .arg(&log)
         .args(["--json", "--keep"])
@@ -171,7 +170,7 @@ fn a_scratch_copy_inside_the_workspace_never_copies_itself() {
 
 #[test]
 fn a_missing_log_is_its_own_error() {
-    let out = Command::new(gm_bin()).arg("bench").arg("/nonexistent/recorded.jsonl").output().expect("runs");
+    let out = gm_command().arg("bench").arg("/nonexistent/recorded.jsonl").output().expect("runs");
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("cannot read the log /nonexistent/recorded.jsonl"), "{err}");
@@ -201,7 +200,7 @@ fn long_contents_are_logged_as_blobs_and_a_replay_writes_them_back() {
     let original = tempfile::tempdir().expect("tempdir");
     let kept = original.path().join("replayed");
     let replay = |kept: &Path| {
-        let out = Command::new(gm_bin())
+        let out = gm_command()
             .arg("bench")
             .arg(&log)
             .args(["--json", "--workspace"])

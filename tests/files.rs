@@ -3,9 +3,8 @@
 mod common;
 
 use std::os::unix::fs::PermissionsExt;
-use std::process::Command;
 
-use common::{gm_bin, Gm};
+use common::{gm_command, Gm};
 use serde_json::{json, Value};
 
 fn tools() -> Gm {
@@ -202,7 +201,7 @@ fn skill_files_are_readable_through_read_file() {
 #[test]
 fn the_cli_runs_one_verb_and_prints_json() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let out = Command::new(gm_bin())
+    let out = gm_command()
         .args(["write_file", r#"{"path":"c.txt","content":"cli"}"#])
         .current_dir(dir.path())
         .output()
@@ -210,30 +209,26 @@ fn the_cli_runs_one_verb_and_prints_json() {
     assert!(out.status.success(), "{out:?}");
     let v: Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(v["bytes"], 3);
-    let out = Command::new(gm_bin())
-        .args(["read_file", r#"{"path":"c.txt"}"#, "--workspace"])
-        .arg(dir.path())
-        .output()
-        .expect("run");
+    let out =
+        gm_command().args(["read_file", r#"{"path":"c.txt"}"#, "--workspace"]).arg(dir.path()).output().expect("run");
     let v: Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(v["content"], "cli");
-    let out =
-        Command::new(gm_bin()).args(["read_file", r#"{"path":"nope"}"#]).current_dir(dir.path()).output().expect("run");
+    let out = gm_command().args(["read_file", r#"{"path":"nope"}"#]).current_dir(dir.path()).output().expect("run");
     assert!(!out.status.success());
     let v: Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(v["error"]["code"], "not_found");
-    let out = Command::new(gm_bin()).args(["read_file", "{not json"]).current_dir(dir.path()).output().expect("run");
+    let out = gm_command().args(["read_file", "{not json"]).current_dir(dir.path()).output().expect("run");
     assert_eq!(out.status.code(), Some(2));
 }
 
 #[test]
 fn gm_help_lists_serve_and_every_verb() {
-    let out = Command::new(gm_bin()).arg("--help").output().expect("run");
+    let out = gm_command().arg("--help").output().expect("run");
     let help = String::from_utf8_lossy(&out.stdout);
     for name in ["serve", "read_file", "write_file", "edit_file", "stat_file", "list_dir", "query_log"] {
         assert!(help.contains(name), "{name} in --help");
     }
-    let out = Command::new(gm_bin()).args(["stat_file", "--schema"]).output().expect("run");
+    let out = gm_command().args(["stat_file", "--schema"]).output().expect("run");
     let schema: Value = serde_json::from_slice(&out.stdout).expect("schema");
     assert_eq!(schema["type"], "object");
 }

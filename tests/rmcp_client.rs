@@ -7,6 +7,10 @@ use serde_json::{json, Value};
 
 fn gm(workspace: &std::path::Path, surface: &str) -> TokioChildProcess {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_gm"));
+    cmd.env(
+        "GM_DEFAULTS_DIR",
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/no-child-servers"),
+    );
     cmd.args(["serve", "--surface", surface]).current_dir(workspace);
     TokioChildProcess::new(cmd).expect("spawn gm")
 }

@@ -332,21 +332,32 @@ const PRELUDE: &str = r#"
   const say = globalThis.__gm_console;
   const describe = globalThis.__gm_describe;
   const gm = {};
+  const verb = (name) => async function __gm_verb(args) {
+    const site = new Error();
+    const reply = JSON.parse(await call(name, JSON.stringify(args === undefined ? {} : args)));
+    if (reply.ok) return reply.value;
+    const err = new Error(reply.error.message);
+    Object.assign(err, reply.error);
+    err.name = 'GmError';
+    err.stack = String(site.stack).split('\n').slice(1).join('\n');
+    throw err;
+  };
+  // Names that are never calls: what JavaScript itself looks up on objects.
+  const notCalls = new Set(['then', 'catch', 'finally', 'toJSON', 'toString', 'valueOf', 'constructor', 'inspect']);
   globalThis.__gm_install = function __gm_install(namesJson) {
   delete globalThis.__gm_install;
-  for (const name of JSON.parse(namesJson)) {
-    gm[name] = async function __gm_verb(args) {
-      const site = new Error();
-      const reply = JSON.parse(await call(name, JSON.stringify(args === undefined ? {} : args)));
-      if (reply.ok) return reply.value;
-      const err = new Error(reply.error.message);
-      Object.assign(err, reply.error);
-      err.name = 'GmError';
-      err.stack = String(site.stack).split('\n').slice(1).join('\n');
-      throw err;
-    };
-  }
-  globalThis.gm = Object.freeze(gm);
+  for (const name of JSON.parse(namesJson)) gm[name] = verb(name);
+  const known = Object.freeze(gm);
+  // Any other name is still a call, so that a name no verb has gets a structured error
+  // (unknown_verb, or why the child server it belongs to did not start) instead of a TypeError.
+  globalThis.gm = new Proxy(known, {
+    get(target, key, receiver) {
+      if (typeof key !== 'string' || key in target || notCalls.has(key) || !/^[A-Za-z_$][A-Za-z0-9_$]*$/.test(key)) {
+        return Reflect.get(target, key, receiver);
+      }
+      return verb(key);
+    },
+  });
   };
   gm.verbs = function __gm_verbs() { return JSON.parse(describe()); };
   gm.try = async function __gm_try(fn) {

@@ -16,7 +16,11 @@
 //! - [`sys`]: every OS call beyond the standard library (stdin flags, process groups,
 //!   signals, `/proc`), so a port to another OS changes one module.
 //!
-//! McpClient and Updater are later actors; they follow the same shape.
+//! - [`mcp_client`]: one actor per child MCP server (start, handshake, tools, restart, stop)
+//!   over a stdio connection that routes replies by id and fails every waiting call at once
+//!   when the child goes.
+//!
+//! The Updater is a later actor; it follows the same shape.
 
 pub mod cancel;
 pub mod capture;
@@ -25,6 +29,7 @@ pub mod jobs;
 pub mod js_engine;
 pub mod log_reader;
 pub mod log_writer;
+pub mod mcp_client;
 pub mod scheduler;
 pub mod sys;
 pub mod transport;

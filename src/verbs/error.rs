@@ -37,6 +37,9 @@ pub enum VerbError {
     Cancelled,
     #[error("unknown verb '{0}'; gm.verbs() lists them")]
     UnknownVerb(String),
+    /// A child server's tool answered with `isError: true`; `result` is what it sent.
+    #[error("{tool} failed: {}", tool_error_text(.result))]
+    ToolError { tool: String, result: Value },
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -55,11 +58,12 @@ pub const ERROR_CODES: &[(&str, &str)] = &[
     ("io_error", "The operating system refused a read or write of `path` (permissions, a full disk)."),
     ("refused", "gm or the repository will not do this as asked: a non-fast-forward push, an empty commit, a dirty tree to pull into, the secrets file. The message says what to do instead; the same call will be refused again."),
     ("timeout", "The call ran out of time (an HTTP request past its `timeoutMs`, the GitHub CLI). A retry may succeed."),
-    ("unavailable", "Something outside gm could not be reached or started: a network failure, a remote, a program that is missing or failed (`gh`, a shell that cannot start). A retry may succeed once it is back."),
+    ("unavailable", "Something outside gm could not be reached or started: a network failure, a remote, a program that is missing or failed (`gh`, a shell that cannot start), a child MCP server that did not start or ended mid-call (the message has its stderr's end). A retry may succeed once it is back."),
     ("unknown_job", "No job by that name."),
     ("duplicate_job", "A job by that name is still running; stop it or choose another name."),
     ("cancelled", "The call was cancelled (`notifications/cancelled`, or the end of the run_code body that made it)."),
     ("unknown_verb", "No verb by that name; `gm.verbs()` lists them."),
+    ("tool_error", "A child MCP server's tool answered with `isError: true`; its whole result is under `result`, its text in the message."),
     ("internal", "A bug in gm (a verb that panicked, an actor that is gone). The server keeps running; the message says what failed."),
     ("skill_not_read", "run_code is closed until this connection has read `skill://gm/SKILL.md` with resources/read; the error names the call to make."),
     ("js_error", "The run_code body threw: `name`, `message`, `stack`, the `line` in the body and its `lineText`; a failed verb's own error is under `details`."),
@@ -68,6 +72,20 @@ pub const ERROR_CODES: &[(&str, &str)] = &[
     ("engine_error", "The JavaScript engine failed to start or run the body."),
     ("stopped_by_restart", "A background run_code body was running when gm stopped; background bodies do not survive a restart."),
 ];
+
+/// The text blocks of a tool result, joined: what a failed child tool said.
+fn tool_error_text(result: &Value) -> String {
+    let text: Vec<&str> = result
+        .get("content")
+        .and_then(Value::as_array)
+        .map(|c| c.iter().filter_map(|b| b.get("text").and_then(Value::as_str)).collect())
+        .unwrap_or_default();
+    if text.is_empty() {
+        "it answered isError: true".into()
+    } else {
+        text.join("\n")
+    }
+}
 
 impl VerbError {
     pub fn code(&self) -> &'static str {
@@ -87,6 +105,7 @@ impl VerbError {
             Self::DuplicateJob(_) => "duplicate_job",
             Self::Cancelled => "cancelled",
             Self::UnknownVerb(_) => "unknown_verb",
+            Self::ToolError { .. } => "tool_error",
             Self::Internal(_) => "internal",
         }
     }
@@ -125,6 +144,10 @@ impl VerbError {
             Self::Io { path, .. } => {
                 m.insert("path".into(), json!(path));
             }
+            Self::ToolError { tool, result } => {
+                m.insert("tool".into(), json!(tool));
+                m.insert("result".into(), result.clone());
+            }
             _ => {}
         }
         Value::Object(m)
@@ -155,6 +178,7 @@ mod tests {
             VerbError::DuplicateJob(String::new()),
             VerbError::Cancelled,
             VerbError::UnknownVerb(String::new()),
+            VerbError::ToolError { tool: String::new(), result: Value::Null },
             VerbError::Internal(String::new()),
         ];
         for e in &all {
@@ -175,6 +199,7 @@ mod tests {
                 | VerbError::DuplicateJob(_)
                 | VerbError::Cancelled
                 | VerbError::UnknownVerb(_)
+                | VerbError::ToolError { .. }
                 | VerbError::Internal(_) => {}
             }
             assert!(ERROR_CODES.iter().any(|(c, _)| *c == e.code()), "{} is not in ERROR_CODES", e.code());

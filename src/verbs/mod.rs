@@ -42,6 +42,7 @@ use serde_json::Value;
 pub use error::{VerbError, ERROR_CODES};
 
 use crate::blobs::Blobs;
+use crate::children::Children;
 use crate::secrets::SecretsFile;
 use crate::skills::Skills;
 
@@ -118,6 +119,8 @@ pub struct Shared {
     pub scheduler: Scheduler,
     /// Where the long strings of logged calls are kept.
     pub blobs: Arc<Blobs>,
+    /// The child MCP servers and their tools.
+    pub children: Arc<Children>,
 }
 
 impl std::ops::Deref for Ctx {

@@ -17,6 +17,20 @@ pub fn gm_bin() -> &'static str {
     env!("CARGO_BIN_EXE_gm")
 }
 
+/// A defaults folder whose mcp.json names no child server. Tests use it unless they are about
+/// child servers: the shipped default (a browser server fetched by npx) cannot start on a
+/// machine without network, and each session would wait for its three attempts.
+pub fn no_child_servers() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/no-child-servers")
+}
+
+/// `gm` as a command, with the test defaults (see [`no_child_servers`]).
+pub fn gm_command() -> Command {
+    let mut cmd = Command::new(gm_bin());
+    cmd.env("GM_DEFAULTS_DIR", no_child_servers());
+    cmd
+}
+
 pub struct Gm {
     child: Child,
     stdin: Option<Box<dyn Write + Send>>,
@@ -75,7 +89,7 @@ impl Gm {
         env: &[(&str, &str)],
         stdin: Option<(Stdio, Box<dyn Write + Send>)>,
     ) -> Self {
-        let mut cmd = Command::new(gm_bin());
+        let mut cmd = gm_command();
         cmd.arg("serve").args(args).current_dir(workspace);
         for (k, v) in env {
             cmd.env(k, v);

@@ -23,6 +23,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 GM_BIN = os.environ.get("GM_BIN") or str(REPO_ROOT / "target/debug/gm")
 RUN_META_KEY = "com.anentrypoint.gmnew/run"
 SKILL_URI = "skill://gm/SKILL.md"
+# Defaults naming no child MCP server: the shipped one fetches a browser server with npx.
+NO_CHILD_SERVERS = str(REPO_ROOT / "tests/fixtures/no-child-servers")
 CONNECT_TIMEOUT_S = 30.0
 CALL_TIMEOUT_S = 30.0
 
@@ -45,6 +47,7 @@ async def gm_client(workspace: Path, *extra_args: str, mode: str = "auto") -> As
         command=GM_BIN,
         args=["serve", *extra_args, "--workspace", str(workspace)],
         cwd=str(workspace),
+        env={**os.environ, "GM_DEFAULTS_DIR": NO_CHILD_SERVERS},
     )
     # The deadline scope encloses the whole `async with`, so anyio's cancel scopes nest properly
     # (the client's transport task group lives inside it); it is lifted once the connect is done.

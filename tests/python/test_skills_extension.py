@@ -29,8 +29,9 @@ def exchange(tmp_path: Path, requests: list[dict]) -> dict:
         *requests,
     ]
     text = "".join(json.dumps(l) + "\n" for l in lines)
+    env = {**os.environ, "GM_DEFAULTS_DIR": str(REPO_ROOT / "tests/fixtures/no-child-servers")}
     out = subprocess.run([GM_BIN, "serve", "--workspace", str(tmp_path)], input=text, capture_output=True,
-                         text=True, timeout=30, check=True)
+                         text=True, timeout=30, check=True, env=env)
     replies = [json.loads(l) for l in out.stdout.splitlines() if l.strip()]
     return {r["id"]: r for r in replies if "id" in r}
 

@@ -1,0 +1,367 @@
+//! One stdio connection to a child MCP server: the process, a writer any thread may use, a
+//! reader thread that routes replies by id, and the table of calls waiting for them.
+//!
+//! Shaped after helix-lsp's transport: when the child's stdout ends (it exited, crashed or
+//! closed it), every call still waiting is failed at once with the server's name, how it
+//! ended and the last lines of its stderr — a dead child never hangs a call.
+//!
+//! Calls write their request line straight into the child's stdin from the calling thread and
+//! wait on a oneshot; the reader thread answers them, so a call costs one cross-thread wake-up
+//! on its way back and none on its way out.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tokio::sync::oneshot;
+
+use crate::cancel::CancelToken;
+use crate::sys;
+
+/// Lines of a child's stderr kept for error messages.
+const STDERR_LINES: usize = 40;
+/// The longest stdout line read from a child; longer ones are dropped as noise.
+const MAX_LINE: usize = 64 << 20;
+
+/// How to start a child server's process.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    pub command: String,
+    pub args: Vec<String>,
+    /// Added to (or replacing in) gm's own environment.
+    pub env: Vec<(String, String)>,
+    pub cwd: std::path::PathBuf,
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ConnError {
+    #[error("cannot start `{command}`: {why}")]
+    Spawn { command: String, why: String },
+    /// The child's stdout ended: it exited or closed it.
+    #[error("{server} ended ({how}){}", stderr_note(.stderr))]
+    Gone { server: String, how: String, stderr: String },
+    #[error("{server} did not answer {method} within {ms} ms")]
+    Timeout { server: String, method: String, ms: u64 },
+    #[error("the call was cancelled")]
+    Cancelled,
+    /// The child answered with a JSON-RPC error.
+    #[error("{server} answered {method} with error {code}: {message}")]
+    Rpc { server: String, method: String, code: i64, message: String, data: Option<Value> },
+}
+
+fn stderr_note(stderr: &str) -> String {
+    if stderr.trim().is_empty() {
+        String::new()
+    } else {
+        format!("; the end of its stderr:\n{}", stderr.trim_end())
+    }
+}
+
+type Waiter = oneshot::Sender<Result<Value, ConnError>>;
+
+/// The calls waiting for a reply, until the connection closes.
+#[derive(Default)]
+struct Pending {
+    waiting: HashMap<u64, Waiter>,
+    /// Why the connection is closed, once it is.
+    closed: Option<ConnError>,
+}
+
+/// What the reader thread hands on: notifications and requests the child sends.
+pub type OnMessage = Box<dyn Fn(Value) + Send + Sync>;
+/// Called once when the child's stdout ends, with why.
+pub type OnClose = Box<dyn FnOnce(ConnError) + Send>;
+
+pub struct Connection {
+    server: String,
+    stdin: Mutex<Option<ChildStdin>>,
+    pending: Arc<Mutex<Pending>>,
+    next_id: AtomicU64,
+    stderr: Arc<Mutex<VecDeque<String>>>,
+    child: Arc<Mutex<Child>>,
+    pgid: i32,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Connection({}, pgid {})", self.server, self.pgid)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // The guarded data stays consistent: nothing panics while holding these locks.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Connection {
+    /// Starts the child in a process group of its own, with its stdin, stdout and stderr piped.
+    pub fn spawn(
+        server: &str,
+        launch: &Launch,
+        on_message: OnMessage,
+        on_close: OnClose,
+    ) -> Result<Arc<Self>, ConnError> {
+        let spawn_err = |why: String| ConnError::Spawn { command: launch.command.clone(), why };
+        let mut cmd = Command::new(&launch.command);
+        cmd.args(&launch.args)
+            .envs(launch.env.iter().map(|(k, v)| (k, v)))
+            .current_dir(&launch.cwd)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        let mut child = cmd.spawn().map_err(|e| spawn_err(e.to_string()))?;
+        let pgid = child.id() as i32;
+        let (Some(stdin), Some(stdout), Some(stderr)) = (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            sys::kill_group(pgid);
+            return Err(spawn_err("its pipes could not be opened".into()));
+        };
+        let conn = Arc::new(Self {
+            server: server.to_owned(),
+            stdin: Mutex::new(Some(stdin)),
+            pending: Arc::default(),
+            next_id: AtomicU64::new(1),
+            stderr: Arc::default(),
+            child: Arc::new(Mutex::new(child)),
+            pgid,
+        });
+        let tail = conn.stderr.clone();
+        std::thread::Builder::new()
+            .name(format!("gm-mcp-{server}-err"))
+            .spawn(move || read_stderr(stderr, &tail))
+            .map_err(|e| spawn_err(e.to_string()))?;
+        let reader = Arc::downgrade(&conn);
+        let (pending, stderr_tail, child, name) =
+            (conn.pending.clone(), conn.stderr.clone(), conn.child.clone(), server.to_owned());
+        std::thread::Builder::new()
+            .name(format!("gm-mcp-{server}"))
+            .spawn(move || {
+                read_stdout(stdout, &pending, &reader, &on_message);
+                let why = ConnError::Gone { server: name, how: exit_of(&child), stderr: tail_text(&stderr_tail) };
+                let waiting = {
+                    let mut p = lock(&pending);
+                    p.closed = Some(why.clone());
+                    std::mem::take(&mut p.waiting)
+                };
+                for (_, waiter) in waiting {
+                    let _ = waiter.send(Err(why.clone()));
+                }
+                on_close(why);
+            })
+            .map_err(|e| spawn_err(e.to_string()))?;
+        Ok(conn)
+    }
+
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// Whether the child's stdout is still open.
+    pub fn is_open(&self) -> bool {
+        lock(&self.pending).closed.is_none()
+    }
+
+    /// The last lines the child wrote to stderr.
+    pub fn stderr_tail(&self) -> String {
+        tail_text(&self.stderr)
+    }
+
+    /// Writes one JSON-RPC message as a line.
+    fn write(&self, message: &Value) -> Result<(), ConnError> {
+        let mut line = serde_json::to_vec(message).unwrap_or_default();
+        line.push(b'\n');
+        let mut stdin = lock(&self.stdin);
+        let written = match stdin.as_mut() {
+            Some(s) => s.write_all(&line).and_then(|()| s.flush()).is_ok(),
+            None => false,
+        };
+        drop(stdin);
+        if written {
+            return Ok(());
+        }
+        Err(lock(&self.pending).closed.clone().unwrap_or_else(|| ConnError::Gone {
+            server: self.server.clone(),
+            how: "its stdin is closed".into(),
+            stderr: self.stderr_tail(),
+        }))
+    }
+
+    pub fn notify(&self, method: &str, params: Value) -> Result<(), ConnError> {
+        self.write(&json!({ "jsonrpc": "2.0", "method": method, "params": params }))
+    }
+
+    /// Sends a request and waits for its reply, at most `timeout`. A request that times out or
+    /// is cancelled is withdrawn and the child is sent `notifications/cancelled` for it.
+    pub async fn request(
+        &self,
+        method: &str,
+        params: Value,
+        timeout: Duration,
+        cancel: &CancelToken,
+    ) -> Result<Value, ConnError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut p = lock(&self.pending);
+            if let Some(why) = &p.closed {
+                return Err(why.clone());
+            }
+            p.waiting.insert(id, tx);
+        }
+        if let Err(e) = self.write(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params })) {
+            lock(&self.pending).waiting.remove(&id);
+            return Err(e);
+        }
+        let withdraw = |reason: &str| {
+            lock(&self.pending).waiting.remove(&id);
+            let _ = self.notify("notifications/cancelled", json!({ "requestId": id, "reason": reason }));
+        };
+        tokio::select! {
+            biased;
+            () = cancel.cancelled() => {
+                withdraw("cancelled by the caller");
+                Err(ConnError::Cancelled)
+            }
+            reply = rx => reply.unwrap_or_else(|_| Err(self.gone("the reply was dropped"))),
+            () = tokio::time::sleep(timeout) => {
+                let ms = timeout.as_millis() as u64;
+                withdraw(&format!("timed out after {ms} ms"));
+                Err(ConnError::Timeout { server: self.server.clone(), method: method.to_owned(), ms })
+            }
+        }
+        .and_then(|reply| match reply.get("error") {
+            Some(err) => Err(ConnError::Rpc {
+                server: self.server.clone(),
+                method: method.to_owned(),
+                code: err.get("code").and_then(Value::as_i64).unwrap_or(0),
+                message: err.get("message").and_then(Value::as_str).unwrap_or("").to_owned(),
+                data: err.get("data").cloned(),
+            }),
+            None => Ok(reply.get("result").cloned().unwrap_or(Value::Null)),
+        })
+    }
+
+    fn gone(&self, how: &str) -> ConnError {
+        lock(&self.pending).closed.clone().unwrap_or_else(|| ConnError::Gone {
+            server: self.server.clone(),
+            how: how.into(),
+            stderr: self.stderr_tail(),
+        })
+    }
+
+    /// Stops the child: stdin closed, then SIGTERM to its process group after `grace`, then
+    /// SIGKILL after `grace` again. Blocks for at most twice `grace`.
+    pub fn stop(&self, grace: Duration) {
+        lock(&self.stdin).take();
+        let exited = |c: &Mutex<Child>| lock(c).try_wait().ok().flatten().is_some();
+        let wait = |limit: Duration| {
+            let until = Instant::now() + limit;
+            while Instant::now() < until {
+                if exited(&self.child) {
+                    return true;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            exited(&self.child)
+        };
+        if !wait(grace) {
+            sys::term_group(self.pgid);
+            if !wait(grace) {
+                sys::kill_group(self.pgid);
+                let _ = lock(&self.child).wait();
+            }
+        }
+        // What the server left in its group goes with it.
+        sys::kill_group(self.pgid);
+    }
+}
+
+/// Reads the child's stdout: replies go to their waiters, everything else to `on_message`.
+fn read_stdout(
+    stdout: impl Read,
+    pending: &Mutex<Pending>,
+    conn: &std::sync::Weak<Connection>,
+    on_message: &OnMessage,
+) {
+    let mut reader = BufReader::with_capacity(64 * 1024, stdout);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match (&mut reader).take(MAX_LINE as u64 + 1).read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        if line.len() > MAX_LINE {
+            // Skip the rest of an over-long line.
+            let mut rest = Vec::new();
+            if reader.read_until(b'\n', &mut rest).is_err() {
+                return;
+            }
+            continue;
+        }
+        let Ok(message) = serde_json::from_slice::<Value>(&line) else { continue };
+        let is_reply =
+            message.get("method").is_none() && (message.get("result").is_some() || message.get("error").is_some());
+        if is_reply {
+            let waiter = message.get("id").and_then(Value::as_u64).and_then(|id| lock(pending).waiting.remove(&id));
+            if let Some(w) = waiter {
+                let _ = w.send(Ok(message));
+            }
+            continue;
+        }
+        if let (Some(id), Some(method)) = (message.get("id"), message.get("method").and_then(Value::as_str)) {
+            // A request from the child: gm answers ping and declines the rest (it offers the
+            // child no capabilities).
+            let reply = if method == "ping" {
+                json!({ "jsonrpc": "2.0", "id": id, "result": {} })
+            } else {
+                json!({ "jsonrpc": "2.0", "id": id, "error": { "code": -32601, "message": format!("gm does not serve {method}") } })
+            };
+            if let Some(conn) = conn.upgrade() {
+                let _ = conn.write(&reply);
+            }
+            continue;
+        }
+        on_message(message);
+    }
+}
+
+fn read_stderr(stderr: impl Read, tail: &Mutex<VecDeque<String>>) {
+    let reader = BufReader::new(stderr);
+    for line in reader.split(b'\n') {
+        let Ok(line) = line else { return };
+        let mut t = lock(tail);
+        if t.len() == STDERR_LINES {
+            t.pop_front();
+        }
+        t.push_back(String::from_utf8_lossy(&line).chars().take(2000).collect());
+    }
+}
+
+fn tail_text(tail: &Mutex<VecDeque<String>>) -> String {
+    lock(tail).iter().map(|l| format!("{l}\n")).collect()
+}
+
+/// How the child ended, waiting a moment for its exit status (its stdout can close first).
+fn exit_of(child: &Mutex<Child>) -> String {
+    let until = Instant::now() + Duration::from_millis(200);
+    loop {
+        match lock(child).try_wait() {
+            Ok(Some(status)) => {
+                return match (status.code(), std::os::unix::process::ExitStatusExt::signal(&status)) {
+                    (Some(code), _) => format!("exit code {code}"),
+                    (None, Some(signal)) => format!("killed by {}", sys::signal_name(signal)),
+                    _ => status.to_string(),
+                };
+            }
+            Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(5)),
+            Ok(None) => return "it closed its stdout".into(),
+            Err(e) => return format!("its status is unknown: {e}"),
+        }
+    }
+}

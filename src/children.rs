@@ -1,0 +1,363 @@
+//! gm as an MCP client: the child servers its config names, started with gm, and their tools
+//! as `gm.<server>_<tool>(args)` inside run_code.
+//!
+//! Each server has an McpClient actor (crate gm-actors) that starts, restarts and stops it.
+//! This module keeps what the rest of gm asks of them: whether they have all settled (started
+//! or failed, which run_code and tools/list wait for), the tools they offer under their gm
+//! names, and a call, which goes straight to the server's connection from the calling thread.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use actix::prelude::*;
+use futures::future::join_all;
+use gm_actors::cancel::CancelToken;
+use gm_actors::log_writer::{Event, LogWriter};
+use gm_actors::mcp_client::{
+    ClientEvent, ConnError, Connect, Launch, McpClient, ServerSpec, Session, StartFailure, Stop,
+};
+use serde_json::{json, Value};
+use tokio::sync::watch;
+
+use crate::gitignore;
+use crate::mcp_config::{self, Config, NotStarted, Resolved};
+use crate::verbs::{self, VerbError};
+
+/// A tool of a child server, under the name a body calls it by.
+#[derive(Debug, Clone)]
+pub struct ChildTool {
+    /// `<server>_<tool>`, with characters a JavaScript name cannot hold replaced by `_`.
+    pub name: String,
+    pub server: String,
+    pub tool: String,
+    pub description: String,
+    pub input_schema: Value,
+}
+
+struct Server {
+    spec: Resolved,
+    client: Addr<McpClient>,
+    /// The running session, for calls to use without asking the actor.
+    session: Option<Arc<Session>>,
+    failure: Option<StartFailure>,
+    settled: bool,
+    /// Whether its .gitignore lines were seen to (once, at its first start).
+    ignored: bool,
+}
+
+pub struct Children {
+    workspace: PathBuf,
+    log: Option<Addr<LogWriter>>,
+    servers: Mutex<HashMap<String, Server>>,
+    /// The number of servers not settled yet.
+    unsettled: watch::Sender<usize>,
+    /// Tools last reported as skipped, so each skip is logged once.
+    skipped: Mutex<Vec<String>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Children {
+    /// No child servers (the one-shot CLI).
+    pub fn none() -> Arc<Self> {
+        Arc::new(Self {
+            workspace: PathBuf::new(),
+            log: None,
+            servers: Mutex::default(),
+            unsettled: watch::Sender::new(0),
+            skipped: Mutex::default(),
+        })
+    }
+
+    /// Starts every server the config names, in parallel, without waiting for any; logs why
+    /// each one that is not started is not. Call inside the actix system.
+    pub fn start(config: &Config, workspace: &Path, log: Addr<LogWriter>, depth: u32) -> Arc<Self> {
+        let children = Arc::new(Self {
+            workspace: workspace.to_owned(),
+            log: Some(log.clone()),
+            servers: Mutex::default(),
+            unsettled: watch::Sender::new(0),
+            skipped: Mutex::default(),
+        });
+        for p in &config.problems {
+            log.do_send(Event::new("mcp-config", json!({ "file": p.file, "problem": p.why })));
+        }
+        if depth >= mcp_config::MAX_DEPTH {
+            if config.servers.iter().any(|s| !s.entry.disabled) {
+                log.do_send(Event::new(
+                    "mcp-config",
+                    json!({ "problem": format!("this gm is at depth {depth} ({}): it starts no child servers", mcp_config::DEPTH_VAR) }),
+                ));
+            }
+            return children;
+        }
+        let events = ChildEvents { children: Arc::downgrade(&children) }.start().recipient();
+        let env = |name: &str| std::env::var(name).ok();
+        let mut servers = HashMap::new();
+        for named in &config.servers {
+            match mcp_config::resolve(named, workspace, &env, depth) {
+                Ok(spec) => {
+                    let launch = Launch {
+                        command: spec.command.clone(),
+                        args: spec.args.clone(),
+                        env: spec.env.clone(),
+                        cwd: spec.cwd.clone(),
+                    };
+                    let server_spec =
+                        ServerSpec { name: spec.name.clone(), launch, startup_timeout: spec.startup_timeout };
+                    let client = McpClient::new(server_spec, events.clone()).start();
+                    // Start it now: initialize is not delayed, tools/list and run_code wait.
+                    client.do_send(Connect);
+                    servers.insert(
+                        spec.name.clone(),
+                        Server { spec, client, session: None, failure: None, settled: false, ignored: false },
+                    );
+                }
+                Err(why) => {
+                    let state = match why {
+                        NotStarted::Disabled => "disabled",
+                        NotStarted::Remote(_) => "refused",
+                        _ => "failed",
+                    };
+                    log.do_send(Event::new(
+                        "mcp-server",
+                        json!({ "name": named.name, "state": state, "why": why.to_string(), "from": named.from }),
+                    ));
+                }
+            }
+        }
+        children.unsettled.send_replace(servers.len());
+        *lock(&children.servers) = servers;
+        children
+    }
+
+    fn log(&self, kind: &str, fields: Value) {
+        if let Some(log) = &self.log {
+            log.do_send(Event::new(kind, fields));
+        }
+    }
+
+    /// Waits until every server has started or failed (each within its startup budget).
+    pub async fn ready(&self) {
+        let mut rx = self.unsettled.subscribe();
+        let _ = rx.wait_for(|n| *n == 0).await;
+    }
+
+    /// The child tools a body can call, under their gm names. A denied tool is left out; one
+    /// whose gm name is a native verb's (or another child tool's) is left out and logged once.
+    pub fn tools(&self) -> Vec<ChildTool> {
+        let servers = lock(&self.servers);
+        let mut names: Vec<&String> = servers.keys().collect();
+        names.sort();
+        let mut out: Vec<ChildTool> = Vec::new();
+        let mut skipped = Vec::new();
+        for name in names {
+            let server = &servers[name];
+            let Some(session) = &server.session else { continue };
+            for t in &session.tools {
+                let Some(tool) = t.get("name").and_then(Value::as_str) else { continue };
+                if server.spec.deny.iter().any(|d| d == tool) {
+                    continue;
+                }
+                let gm_name = js_name(&format!("{name}_{tool}"));
+                let clash = if verbs::find(&gm_name).is_some() || RESERVED.contains(&gm_name.as_str()) {
+                    Some("a native verb has that name")
+                } else if out.iter().any(|o| o.name == gm_name) {
+                    Some("another child tool has that name")
+                } else {
+                    None
+                };
+                if let Some(why) = clash {
+                    skipped.push((gm_name, name.clone(), tool.to_owned(), why));
+                    continue;
+                }
+                out.push(ChildTool {
+                    name: gm_name,
+                    server: name.clone(),
+                    tool: tool.to_owned(),
+                    description: t.get("description").and_then(Value::as_str).unwrap_or("").to_owned(),
+                    input_schema: t.get("inputSchema").cloned().unwrap_or_else(|| json!({ "type": "object" })),
+                });
+            }
+        }
+        drop(servers);
+        let mut logged = lock(&self.skipped);
+        for (gm_name, server, tool, why) in skipped {
+            if !logged.contains(&gm_name) {
+                logged.push(gm_name.clone());
+                self.log("mcp-tool-skipped", json!({ "name": gm_name, "server": server, "tool": tool, "why": why }));
+            }
+        }
+        out
+    }
+
+    /// The tool a body calls as `gm.<name>`, if a child server offers it.
+    pub fn find(&self, name: &str) -> Option<ChildTool> {
+        self.tools().into_iter().find(|t| t.name == name)
+    }
+
+    /// Calls a child tool. The child's result comes back as it sent it; a result with
+    /// `isError: true` is a failed call. Past the server's `timeoutMs`, or on `cancel`, the call
+    /// is withdrawn and the child is sent `notifications/cancelled`.
+    pub async fn call(&self, tool: &ChildTool, args: Value, cancel: &CancelToken) -> Result<Value, VerbError> {
+        let (cached, client, timeout) = {
+            let servers = lock(&self.servers);
+            let server = servers.get(&tool.server).ok_or_else(|| VerbError::UnknownVerb(tool.name.clone()))?;
+            (server.session.clone(), server.client.clone(), server.spec.call_timeout)
+        };
+        let session = match cached.filter(|s| s.conn.is_open()) {
+            Some(s) => s,
+            // Not running (it exited since, or never started): the actor starts it again, or
+            // says why it could not.
+            None => client
+                .send(Connect)
+                .await
+                .map_err(|e| VerbError::Internal(format!("the client of {} is gone: {e}", tool.server)))?
+                .map_err(|f| VerbError::Unavailable(failure_message(&f)))?,
+        };
+        let params = json!({ "name": tool.tool, "arguments": args });
+        let result = session.conn.request("tools/call", params, timeout, cancel).await.map_err(|e| match e {
+            ConnError::Cancelled => VerbError::Cancelled,
+            ConnError::Timeout { .. } => VerbError::Timeout(format!("{}: {e}", tool.name)),
+            ConnError::Rpc { .. } => VerbError::InvalidArgs(e.to_string()),
+            ConnError::Gone { .. } | ConnError::Spawn { .. } => VerbError::Unavailable(e.to_string()),
+        })?;
+        if result.get("isError").and_then(Value::as_bool) == Some(true) {
+            return Err(VerbError::ToolError { tool: tool.name.clone(), result });
+        }
+        Ok(result)
+    }
+
+    /// Stops every server, in parallel, within about half a second.
+    pub async fn stop(&self) {
+        let clients: Vec<Addr<McpClient>> = lock(&self.servers).values().map(|s| s.client.clone()).collect();
+        let stops = join_all(clients.iter().map(|c| c.send(Stop)));
+        let _ = tokio::time::timeout(Duration::from_millis(900), stops).await;
+    }
+
+    fn on_event(&self, event: ClientEvent) {
+        match event {
+            ClientEvent::Starting { server, attempt } => {
+                self.log("mcp-server", json!({ "name": server, "state": "starting", "attempt": attempt }));
+            }
+            ClientEvent::Ready { server, session } => {
+                let ignore = {
+                    let mut servers = lock(&self.servers);
+                    let Some(s) = servers.get_mut(&server) else { return };
+                    s.session = Some(session.clone());
+                    s.failure = None;
+                    let first = !std::mem::replace(&mut s.ignored, true);
+                    first.then(|| s.spec.ignore.clone())
+                };
+                self.settle(&server);
+                self.log(
+                    "mcp-server",
+                    json!({
+                        "name": server, "state": "ready", "tools": session.tools.len(),
+                        "protocolVersion": session.protocol, "serverInfo": session.server_info, "start": session.generation,
+                    }),
+                );
+                if let Some(lines) = ignore.filter(|l| !l.is_empty()) {
+                    self.ensure_ignored(&server, &lines);
+                }
+            }
+            ClientEvent::Failed { failure } => {
+                let server = failure.server.clone();
+                if let Some(s) = lock(&self.servers).get_mut(&server) {
+                    s.failure = Some(failure.clone());
+                    s.session = None;
+                }
+                self.settle(&server);
+                self.log(
+                    "mcp-server",
+                    json!({ "name": server, "state": "failed", "causes": failure.causes, "startupBudgetMs": failure.budget_ms, "stderr": failure.stderr }),
+                );
+            }
+            ClientEvent::Exited { server, why } => {
+                self.log(
+                    "mcp-server",
+                    json!({ "name": server, "state": "exited", "why": why, "then": "its next call starts it again" }),
+                );
+            }
+            ClientEvent::ToolsChanged { server, session } => {
+                let n = session.tools.len();
+                if let Some(s) = lock(&self.servers).get_mut(&server) {
+                    s.session = Some(session);
+                }
+                self.log("mcp-server", json!({ "name": server, "state": "tools-changed", "tools": n }));
+            }
+        }
+    }
+
+    /// Marks a server settled (once).
+    fn settle(&self, server: &str) {
+        let newly = lock(&self.servers).get_mut(server).is_some_and(|s| !std::mem::replace(&mut s.settled, true));
+        if newly {
+            self.unsettled.send_modify(|n| *n = n.saturating_sub(1));
+        }
+    }
+
+    /// Adds a server's wanted lines to the workspace's .gitignore.
+    fn ensure_ignored(&self, server: &str, lines: &[String]) {
+        let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+        match gitignore::ensure(&self.workspace, &lines) {
+            Ok(gitignore::Outcome::Added(added)) if !added.is_empty() => {
+                self.log("gitignore", json!({ "added": added, "for": server }));
+            }
+            Ok(gitignore::Outcome::Added(_)) => {}
+            Ok(gitignore::Outcome::NotARepository) => {
+                self.log("gitignore", json!({ "state": "skipped", "why": "not a git repository", "for": server }));
+            }
+            Err(e) => self.log("gitignore", json!({ "state": "failed", "error": e.to_string(), "for": server })),
+        }
+    }
+
+    /// Why `gm.<name>` is not a tool of a child: the server it would belong to did not start
+    /// (with every attempt's cause), or `None` when no server's name prefixes it.
+    pub fn why_missing(&self, name: &str) -> Option<String> {
+        let servers = lock(&self.servers);
+        let (server, s) = servers.iter().find(|(server, _)| name.starts_with(&format!("{}_", js_name(server))))?;
+        Some(match &s.failure {
+            Some(f) => failure_message(f),
+            None => format!("{server} has no tool for gm.{name}; gm.verbs() lists its tools"),
+        })
+    }
+}
+
+/// Names the `gm` object has of its own.
+const RESERVED: &[&str] = &["verbs", "try"];
+
+/// A name a body can write as `gm.<name>`: characters a JavaScript name cannot hold become `_`.
+fn js_name(name: &str) -> String {
+    name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '$' { c } else { '_' }).collect()
+}
+
+fn failure_message(f: &StartFailure) -> String {
+    let mut m = f.to_string();
+    if !f.stderr.trim().is_empty() {
+        m.push_str(&format!("; the end of its stderr:\n{}", f.stderr.trim_end()));
+    }
+    m
+}
+
+/// Hands the McpClients' events to the hub (a small actor, so clients need no handle on it).
+struct ChildEvents {
+    children: std::sync::Weak<Children>,
+}
+
+impl Actor for ChildEvents {
+    type Context = Context<Self>;
+}
+
+impl Handler<ClientEvent> for ChildEvents {
+    type Result = ();
+    fn handle(&mut self, event: ClientEvent, _: &mut Context<Self>) {
+        if let Some(children) = self.children.upgrade() {
+            children.on_event(event);
+        }
+    }
+}
