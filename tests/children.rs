@@ -123,7 +123,7 @@ fn every_page_of_a_tool_list_is_read() {
     configure(dir.path(), json!({ "p": entry(&["--pages"], json!({})) }));
     let mut gm = serve(dir.path(), &[]);
     let n = gm.js("return gm.verbs().filter(v => v.server === 'p').length;");
-    assert_eq!(n, 8);
+    assert_eq!(n, 9);
 }
 
 #[test]
@@ -429,4 +429,35 @@ fn the_shipped_browser_server_that_cannot_start_is_one_event_and_nothing_else() 
     let states: Vec<String> =
         events(&gm, "mcp-server", "playwriter").iter().map(|e| e["state"].as_str().unwrap_or("").to_owned()).collect();
     assert!(states.iter().any(|s| s == "failed" || s == "ready"), "{states:?}");
+}
+
+#[test]
+fn child_servers_end_with_gm_however_it_stops() {
+    for stop in ["stdin", "SIGTERM"] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        configure(dir.path(), json!({ "t": entry(&[], json!({})) }));
+        let mut gm = serve(dir.path(), &[]);
+        let pid = gm.js("return (await gm.t_pid({})).structuredContent.pid").as_i64().expect("pid") as i32;
+        // SAFETY: signal 0 only checks that the process exists.
+        let alive = || unsafe { libc::kill(pid, 0) == 0 } && !zombie(pid);
+        assert!(alive());
+        if stop == "stdin" {
+            gm.close_stdin();
+        } else {
+            gm.signal(libc::SIGTERM);
+        }
+        gm.wait_exit(Duration::from_secs(3)).expect("gm exits");
+        let until = Instant::now() + Duration::from_secs(2);
+        while alive() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(!alive(), "{stop}: the child server outlived gm");
+    }
+}
+
+fn zombie(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rfind(')').map(|i| s[i + 2..].starts_with('Z')))
+        .unwrap_or(false)
 }

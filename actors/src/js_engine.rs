@@ -403,7 +403,9 @@ const PRELUDE: &str = r#"
   globalThis.setTimeout = function setTimeout(fn, ms, ...args) { const id = nextTimer++; timers.set(id, true); arm(id, fn, ms, args, false); return id; };
   globalThis.setInterval = function setInterval(fn, ms, ...args) { const id = nextTimer++; timers.set(id, true); arm(id, fn, Math.max(1, Number(ms) || 0), args, true); return id; };
   globalThis.clearTimeout = globalThis.clearInterval = function clearTimeout(id) { timers.delete(id); };
-  for (const k of ['__gm_call', '__gm_console', '__gm_describe', '__gm_module', '__gm_sleep']) delete globalThis[k];
+  const clock = globalThis.__gm_now;
+  globalThis.performance = Object.freeze({ now: () => clock() });
+  for (const k of ['__gm_call', '__gm_console', '__gm_describe', '__gm_module', '__gm_sleep', '__gm_now']) delete globalThis[k];
 })();
 "#;
 
@@ -453,6 +455,15 @@ fn install_globals<'js>(ctx: &Ctx<'js>, slot: Arc<RunSlot>) -> rquickjs::Result<
         Function::new(ctx.clone(), move |spec: String, from: String| {
             let base = loader.host().map(|h| h.base_dir()).unwrap_or_default();
             read_module(&base, &spec, &from).to_string()
+        })?,
+    )?;
+    // performance.now(): milliseconds with microseconds, from a fixed start (QuickJS has only
+    // Date.now(), to the millisecond).
+    g.set(
+        "__gm_now",
+        Function::new(ctx.clone(), || {
+            static START: OnceLock<Instant> = OnceLock::new();
+            START.get_or_init(Instant::now).elapsed().as_secs_f64() * 1000.0
         })?,
     )?;
     g.set(
@@ -715,6 +726,15 @@ mod tests {
         )
         .await;
         assert_eq!(out.result, Ok(json!([1, 2])));
+    }
+
+    #[actix_rt::test]
+    async fn performance_now_counts_milliseconds_finer_than_date_now() {
+        let out = run("const a = performance.now(); await new Promise(r => setTimeout(r, 20)); const b = performance.now(); return [b - a, Number.isInteger(a) && Number.isInteger(b)];", 5000).await;
+        let got = out.result.expect("runs");
+        let elapsed = got[0].as_f64().expect("a number");
+        assert!((15.0..1000.0).contains(&elapsed), "{elapsed}");
+        assert_eq!(got[1], false, "sub-millisecond precision");
     }
 
     #[actix_rt::test]

@@ -7,7 +7,7 @@
 //!
 //! Tools: echo (returns its arguments), sleep ({ ms }), fail (an isError result), crash (exits
 //! mid-call), env ({ name }: an environment variable), add_tool (adds `extra` and sends
-//! notifications/tools/list_changed), read_file and reset (names other tests need).
+//! notifications/tools/list_changed), pid, read_file and reset (names other tests need).
 
 use std::io::{BufRead, Write};
 use std::sync::{Arc, Mutex};
@@ -78,6 +78,7 @@ fn main() {
         tool("add_tool", "Adds the tool `extra` and says the tools changed."),
         tool("read_file", "A tool with a native verb's name."),
         tool("reset", "A tool a config denies."),
+        tool("pid", "This server's process id."),
     ];
     tools.extend(opts.extra.iter().map(|n| tool(n, "Named on the command line; echoes.")));
     let stdin = std::io::stdin();
@@ -142,6 +143,11 @@ fn main() {
                             std::thread::sleep(Duration::from_millis(ms));
                             send(r);
                         });
+                    }
+                    "pid" => {
+                        let mut r = text(std::process::id().to_string());
+                        r["structuredContent"] = json!({ "pid": std::process::id() });
+                        send(reply(r));
                     }
                     "fail" => {
                         let mut r = text("it failed, as asked".into());

@@ -296,3 +296,32 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
     assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
+
+/// Installs npm packages (exact versions) once into a folder under the build's temp dir and
+/// returns it: `<dir>/node_modules/<package>` holds each. Test processes and threads that ask
+/// at once wait for one install (a lock file). A machine that cannot reach the npm registry
+/// fails the test, saying so.
+pub fn npm_packages(packages: &[&str]) -> PathBuf {
+    let key: String = packages.join(" ").chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("npm-{key}"));
+    std::fs::create_dir_all(&dir).expect("npm dir");
+    let lock = std::fs::File::create(dir.join(".lock")).expect("lock file");
+    // SAFETY: flock on a descriptor we own; released when `lock` is dropped.
+    assert_eq!(unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) }, 0, "flock");
+    let done = dir.join(".installed");
+    if !done.exists() {
+        let out = Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund", "--no-save", "--prefix"])
+            .arg(&dir)
+            .args(packages)
+            .output()
+            .unwrap_or_else(|e| panic!("npm is needed for these tests ({e})"));
+        assert!(
+            out.status.success(),
+            "npm install {packages:?} failed (the npm registry must be reachable): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::write(&done, packages.join("\n")).expect("mark");
+    }
+    dir
+}

@@ -1,7 +1,12 @@
 //! A small MCP client that measures servers side by side, in one run, on one machine.
 //!
 //! `mcp-bench suite --gm BIN --node-fs JS --echo BIN --file PATH [--seq N] [--par N]` prints a
-//! markdown table and a JSON line per measurement. Each server is started as a child process
+//! markdown table and a JSON line per measurement.
+//!
+//! `mcp-bench child --gm BIN --dir DIR [--n N] [--tool T] [--args JSON] -- CMD...` measures what
+//! gm adds to a child server's tool call: the tool called directly on the server started by CMD,
+//! then as `gm.<server>_<tool>` inside run_code (each call timed in the body with
+//! performance.now()), in one run. Each server is started as a child process
 //! and spoken to over pipes, newline-delimited JSON-RPC, exactly as an MCP host would.
 
 use std::io::{BufRead, BufReader, Write};
@@ -194,6 +199,10 @@ fn main() {
         println!("{method}: p50 {:.1} µs, p99 {:.1} µs", percentile(&t, 0.5), percentile(&t, 0.99));
         return;
     }
+    if args.first().map(String::as_str) == Some("child") {
+        child(&args);
+        return;
+    }
     if args.first().map(String::as_str) != Some("suite") {
         eprintln!(
             "usage: mcp-bench suite --gm BIN --node-fs JS --echo BIN --file PATH [--seq N] [--par N] [--label L]"
@@ -297,4 +306,68 @@ fn main() {
     for (k, v) in rows {
         println!("| {k} | {v} |");
     }
+}
+
+/// `mcp-bench child`: a child server's tool, direct and through gm, p50 and p99 of each.
+fn child(args: &[String]) {
+    let gm = arg(args, "--gm").expect("--gm");
+    let dir = std::path::PathBuf::from(arg(args, "--dir").expect("--dir"));
+    let n: usize = arg(args, "--n").and_then(|n| n.parse().ok()).unwrap_or(2000);
+    let tool = arg(args, "--tool").unwrap_or_else(|| "echo".into());
+    let tool_args: Value =
+        arg(args, "--args").and_then(|a| serde_json::from_str(&a).ok()).unwrap_or(json!({ "message": "x" }));
+    let cmd: Vec<String> = args.iter().skip_while(|a| *a != "--").skip(1).cloned().collect();
+    assert!(!cmd.is_empty(), "the child server's command follows --");
+
+    // Direct: this client to the server.
+    let mut s = Server::spawn(&cmd);
+    s.initialize();
+    let direct = measure_calls(&mut s, &tool, &tool_args, n, 0, 1);
+    drop(s);
+
+    // Through gm: the same server as gm's child `bench`, called from one body.
+    let ws = dir.join("ws");
+    std::fs::create_dir_all(ws.join(".gm")).expect("workspace");
+    let defaults = dir.join("no-defaults");
+    std::fs::create_dir_all(&defaults).expect("defaults");
+    std::fs::write(defaults.join("mcp.json"), r#"{"mcpServers":{}}"#).expect("defaults");
+    let entry = json!({ "command": cmd[0], "args": &cmd[1..] });
+    std::fs::write(ws.join(".gm/mcp.json"), json!({ "mcpServers": { "bench": entry } }).to_string()).expect("config");
+    let mut child = Command::new(&gm)
+        .args(["serve", "--workspace"])
+        .arg(&ws)
+        .env("GM_DEFAULTS_DIR", &defaults)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("gm");
+    let stdin = child.stdin.take().expect("stdin");
+    let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut g = Server { child, stdin, stdout, next_id: 0 };
+    g.initialize();
+    g.request("resources/read", json!({ "uri": "skill://gm/SKILL.md" }));
+    let name: String =
+        format!("bench_{tool}").chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+    let body = format!(
+        "const args = {tool_args}; for (let i = 0; i < 50; i++) await gm.{name}(args);
+         const t = []; for (let i = 0; i < {n}; i++) {{ const a = performance.now(); await gm.{name}(args); t.push((performance.now() - a) * 1000); }}
+         return t;"
+    );
+    let r = g.request("tools/call", json!({ "name": "run_code", "arguments": { "code": body, "timeoutMs": 300000 } }));
+    assert_ne!(r["result"]["isError"], true, "run_code failed: {r}");
+    let mut through: Vec<f64> = r["result"]["structuredContent"]["result"]
+        .as_array()
+        .expect("times")
+        .iter()
+        .filter_map(Value::as_f64)
+        .collect();
+    through.sort_by(|a, b| a.total_cmp(b));
+    let (p50, p99) = (percentile(&through, 0.5), percentile(&through, 0.99));
+    println!("{}", json!({ "measure": "direct tools/call p50 / p99 (µs)", "value": [direct.p50_us, direct.p99_us] }));
+    println!("{}", json!({ "measure": "gm.<server>_<tool> in run_code p50 / p99 (µs)", "value": [p50, p99] }));
+    println!("\n| measure | p50 µs | p99 µs |\n|---|---|---|");
+    println!("| `{tool}` called directly on the server (this client) | {:.1} | {:.1} |", direct.p50_us, direct.p99_us);
+    println!("| `gm.{name}` inside run_code | {p50:.1} | {p99:.1} |");
+    println!("| gm adds | {:.1} | {:.1} |", p50 - direct.p50_us, p99 - direct.p99_us);
 }
