@@ -128,7 +128,13 @@ pub fn load(workspace: &Path, named: Option<&Path>) -> Result<Config, ConfigErro
     let mut config = Config::default();
     let defaults = match defaults_file() {
         Some(path) => Layer::File(path),
-        None => Layer::Embedded,
+        None => {
+            config.problems.push(Problem {
+                file: "defaults/mcp.json".into(),
+                why: "not found ($GM_DEFAULTS_DIR, beside gm, or in the checkout it was built from); the copy built into gm stands in".into(),
+            });
+            Layer::Embedded
+        }
     };
     let mut layers = vec![defaults];
     let local = workspace.join(".gm/mcp.json");
