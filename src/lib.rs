@@ -24,6 +24,7 @@
 //! Invariants: protocol types live only in `protocol` and `server`; verbs never see
 //! JSON-RPC; actors never see verbs; the LogWriter actor is the only writer of the run log.
 
+pub mod app;
 pub mod bench;
 pub mod blobs;
 pub mod children;
@@ -39,6 +40,5 @@ pub mod secrets;
 pub mod serve;
 pub mod server;
 pub mod skills;
-pub mod surface;
 pub mod verbs;
 pub mod walk;

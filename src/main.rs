@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::{value_parser, Arg, ArgAction, ArgMatches, Command};
 use gm::run_state::DEFAULT_STEP_BUDGET;
 use gm::serve::{self, ServeOptions, DEFAULT_MAX_INFLIGHT, DEFAULT_MAX_LINE_BYTES, DEFAULT_PAGE_SIZE};
-use gm::surface::Surface;
+use gm::server::surface::Surface;
 use gm::verbs;
 use serde_json::{json, Value};
 

@@ -13,6 +13,7 @@ use gm_actors::sys;
 use gm_actors::transport::{spawn_stdin_reader, StdoutWriter};
 use serde_json::{json, Value};
 
+use crate::app::App;
 use crate::blobs::Blobs;
 use crate::children::Children;
 use crate::gitignore;
@@ -21,9 +22,9 @@ use crate::run_state::{Loaded, RunState, RunStateFile};
 use crate::search::calls::CallIndex;
 use crate::search::index::SearchIndex;
 use crate::secrets::SecretsFile;
-use crate::server::{App, Server, Stop};
+use crate::server::surface::Surface;
+use crate::server::{Server, Stop};
 use crate::skills::Skills;
-use crate::surface::Surface;
 use crate::verbs::{self, Ctx, Shared, VerbError};
 
 pub const DEFAULT_MAX_INFLIGHT: usize = 8;

@@ -2,7 +2,7 @@
 
 use std::borrow::Cow;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
@@ -33,6 +33,143 @@ pub fn capabilities() -> Value {
     })
 }
 
+pub fn server_info() -> Implementation {
+    Implementation { name: "gm", title: "gm", version: env!("CARGO_PKG_VERSION") }
+}
+
+/// MCP result shapes, typed: the server builds these from gm's own types and nothing else
+/// builds them.
+#[derive(Debug, Serialize)]
+pub struct Implementation {
+    pub name: &'static str,
+    pub title: &'static str,
+    pub version: &'static str,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InitializeResult {
+    pub protocol_version: &'static str,
+    pub capabilities: Value,
+    pub server_info: Implementation,
+    pub instructions: String,
+}
+
+/// `server/discover`: what a client probing before `initialize` learns.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DiscoverResult {
+    pub supported_versions: &'static [&'static str],
+    pub capabilities: Value,
+    pub server_info: Implementation,
+    pub instructions: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Tool {
+    pub name: String,
+    pub description: String,
+    pub input_schema: Value,
+    pub annotations: Value,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListToolsResult {
+    pub tools: Vec<Tool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Resource {
+    pub uri: String,
+    pub name: String,
+    pub mime_type: &'static str,
+    pub size: u64,
+    #[serde(rename = "_meta")]
+    pub meta: ResourceMeta,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ResourceMeta {
+    pub digest: String,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListResourcesResult {
+    pub resources: Vec<Resource>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TextResourceContents {
+    pub uri: String,
+    pub mime_type: &'static str,
+    pub text: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ReadResourceResult {
+    pub contents: Vec<TextResourceContents>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListResourceTemplatesResult {
+    pub resource_templates: Vec<Value>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Prompt {
+    pub name: &'static str,
+    pub title: &'static str,
+    pub description: &'static str,
+    pub arguments: Vec<PromptArgument>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PromptArgument {
+    pub name: &'static str,
+    pub description: &'static str,
+    pub required: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ListPromptsResult {
+    pub prompts: Vec<Prompt>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct GetPromptResult {
+    pub description: &'static str,
+    pub messages: Vec<PromptMessage>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PromptMessage {
+    pub role: &'static str,
+    pub content: TextContent,
+}
+
+#[derive(Debug, Serialize)]
+pub struct TextContent {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub text: String,
+}
+
+impl TextContent {
+    pub fn new(text: String) -> Self {
+        Self { kind: "text", text }
+    }
+}
+
 /// The first protocol version whose results carry caching hints (SEP-2549): `skills/list` and
 /// `skills/get` results carry `ttlMs` and `cacheScope` on it and later versions.
 pub const CACHE_HINTS_VERSION: &str = "2026-07-28";
@@ -40,32 +177,52 @@ pub const CACHE_HINTS_VERSION: &str = "2026-07-28";
 /// read, so a minute keeps hosts close to an edit without asking on every turn.
 const SKILLS_TTL_MS: u64 = 60_000;
 
-/// The result of `skills/list` (SEP-2640): the entries, the next cursor, `resultType`, and the
-/// caching hints when the connection's protocol has them.
-pub fn skills_list_result(skills: Vec<Value>, next_cursor: Option<String>, protocol: Option<&str>) -> Value {
-    let mut v = json!({ "resultType": "complete", "skills": skills });
-    if let Some(next) = next_cursor {
-        v["nextCursor"] = json!(next);
+/// SEP-2549's caching hints, present from [`CACHE_HINTS_VERSION`].
+#[derive(Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CacheHints {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_scope: Option<&'static str>,
+}
+
+impl CacheHints {
+    /// The hints for a connection that speaks `protocol` (none before 2026-07-28).
+    pub fn for_protocol(protocol: Option<&str>) -> Self {
+        // Protocol versions are dates, so they order as strings.
+        match protocol {
+            Some(p) if p >= CACHE_HINTS_VERSION => Self { ttl_ms: Some(SKILLS_TTL_MS), cache_scope: Some("public") },
+            _ => Self::default(),
+        }
     }
-    with_cache_hints(v, protocol)
 }
 
-/// The result of `skills/get` (SEP-2640): the entry under `skill`.
-pub fn skills_get_result(skill: Value, protocol: Option<&str>) -> Value {
-    with_cache_hints(json!({ "resultType": "complete", "skill": skill }), protocol)
+/// `skills/list` (SEP-2640).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListSkillsResult {
+    pub result_type: &'static str,
+    pub skills: Vec<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+    #[serde(flatten)]
+    pub cache: CacheHints,
 }
 
-fn with_cache_hints(mut v: Value, protocol: Option<&str>) -> Value {
-    // Protocol versions are dates, so they order as strings.
-    if protocol.is_some_and(|p| p >= CACHE_HINTS_VERSION) {
-        v["ttlMs"] = json!(SKILLS_TTL_MS);
-        v["cacheScope"] = json!("public");
-    }
-    v
+/// `skills/get` (SEP-2640): the entry under `skill`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GetSkillResult {
+    pub result_type: &'static str,
+    pub skill: Value,
+    #[serde(flatten)]
+    pub cache: CacheHints,
 }
 
-pub fn server_info() -> Value {
-    json!({ "name": "gm", "title": "gm", "version": env!("CARGO_PKG_VERSION") })
+/// A result as the JSON value a reply carries.
+pub fn to_value<T: Serialize>(result: &T) -> Value {
+    serde_json::to_value(result).unwrap_or(Value::Null)
 }
 
 /// One tools/call request: what the server needs of it.
@@ -278,11 +435,22 @@ mod skills_tests {
     fn skills_results_carry_caching_hints_only_from_the_version_that_has_them() {
         let entry =
             json!({ "uri": "skill://a/SKILL.md", "frontmatter": { "name": "a", "description": "d" }, "resources": [] });
-        let old = skills_get_result(entry.clone(), Some("2025-11-25"));
-        assert_eq!(old, json!({ "resultType": "complete", "skill": entry }));
-        let new = skills_get_result(entry.clone(), Some("2026-07-28"));
+        let get = |p| {
+            to_value(&GetSkillResult {
+                result_type: "complete",
+                skill: entry.clone(),
+                cache: CacheHints::for_protocol(p),
+            })
+        };
+        assert_eq!(get(Some("2025-11-25")), json!({ "resultType": "complete", "skill": entry }));
+        let new = get(Some("2026-07-28"));
         assert_eq!((new["ttlMs"].as_u64(), new["cacheScope"].as_str()), (Some(60_000), Some("public")));
-        let list = skills_list_result(vec![entry], Some("1".into()), Some("2026-07-28"));
+        let list = to_value(&ListSkillsResult {
+            result_type: "complete",
+            skills: vec![entry.clone()],
+            next_cursor: Some("1".into()),
+            cache: CacheHints::for_protocol(Some("2026-07-28")),
+        });
         assert_eq!((list["nextCursor"].as_str(), list["resultType"].as_str()), (Some("1"), Some("complete")));
         assert!(list.get("ttlMs").is_some());
     }

@@ -1,36 +1,27 @@
-//! The run loop's own tools: next_context (one step), run_code (a body in the JS engine) and
-//! finish (the end of the run).
+//! A run_code body: run in the JS engine, shaped into a tool result, or handed to the
+//! background when it runs past its budget.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use gm_actors::jobs::{FinishBody, JobState, ListJobs, StartBody, StopBodies};
+use gm_actors::jobs::{FinishBody, StartBody};
 use gm_actors::js_engine::{CancelToken, JsError, Outcome, Run};
-use gm_actors::log_writer::{Event, Flush, Tail};
+use gm_actors::log_writer::Event;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
-use crate::run_state::RunState;
-use crate::server::App;
-use crate::verbs::rows::{load_all, Kind, State as RowState};
-use crate::verbs::{parse_args, Json, VerbError};
+use super::{raw, ToolOutput};
+use crate::app::App;
+use crate::children::ChildTool;
+use crate::verbs;
+use crate::verbs::{parse_args, VerbError};
 
 pub const DEFAULT_BUDGET_MS: u64 = 180_000;
 pub const MAX_BUDGET_MS: u64 = 300_000;
 /// How long a body that went on in the background may run before it is interrupted.
 pub const BACKGROUND_LIFETIME: Duration = Duration::from_secs(3600);
-const RECENT_EVENTS: usize = 10;
-
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct NextContextArgs {
-    /// Sets (or replaces) the run's task.
-    pub task: Option<String>,
-    /// Sets how many steps the run may take in all (default: gm serve --step-budget, else 200).
-    pub step_budget: Option<u64>,
-}
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -41,82 +32,6 @@ pub struct RunCodeArgs {
     pub timeout_ms: Option<u64>,
 }
 
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct FinishArgs {
-    /// What the run did, in a sentence or two.
-    pub summary: Option<String>,
-    /// What is not done, not verified or not known, one item each.
-    pub gaps: Option<Vec<String>>,
-    /// Also stop background work still running (default false).
-    pub stop_background: Option<bool>,
-}
-
-/// One step of the run. `resumed` is the step an earlier gm had reached, on the first step
-/// this gm serves of a run it took over.
-pub async fn next_context(app: &App, state: RunState, resumed: Option<u64>) -> Result<Value, VerbError> {
-    let (rules, rules_error) = match app.ctx.skills.rules() {
-        Ok(r) => (r, None),
-        Err(e) => (Vec::new(), Some(e.to_string())),
-    };
-    let recent = match &app.ctx.log {
-        Some(log) => log.send(Tail(RECENT_EVENTS)).await.unwrap_or_default(),
-        None => Vec::new(),
-    };
-    let rows: Vec<_> = load_all(&app.ctx.workspace).into_iter().filter(|r| r.state == RowState::Open).collect();
-    let jobs = app.ctx.jobs.send(ListJobs).await.unwrap_or_default();
-    let background: Vec<Value> = jobs
-        .iter()
-        .filter(|j| j.state == JobState::Running)
-        .map(|j| json!({ "name": j.name, "kind": j.kind, "command": j.command, "durationMs": j.duration_ms, "logBytes": j.log_bytes }))
-        .collect();
-    let mut v = json!({
-        "runId": state.run_id,
-        "step": state.step,
-        "stepBudget": state.step_budget,
-        "stepsLeft": state.steps_left(),
-        "task": state.task,
-        "rules": rules,
-        "rulesFrom": "skill://gm/SKILL.md",
-        "openRows": rows.iter().filter(|r| r.kind == Kind::Prd).collect::<Vec<_>>(),
-        "openUnknowns": rows.iter().filter(|r| r.kind == Kind::Unknown).collect::<Vec<_>>(),
-        "background": background,
-        "recentEvents": recent,
-        "finished": state.finished,
-    });
-    if let Some(e) = rules_error {
-        v["rulesError"] = json!(e);
-    }
-    if let Some(step) = resumed {
-        v["resumed"] = json!({
-            "afterStep": step,
-            "message": format!("gm restarted: this run continues from step {step}; check what the log says was done before building on it"),
-        });
-    }
-    Ok(v)
-}
-
-pub async fn finish(app: &App, args: FinishArgs, state: RunState) -> Result<Value, VerbError> {
-    let gaps = args.gaps.unwrap_or_default();
-    let stopped = if args.stop_background.unwrap_or(false) {
-        app.ctx.jobs.send(StopBodies).await.unwrap_or_default()
-    } else {
-        Vec::new()
-    };
-    let mut last_seq = None;
-    if let Some(log) = &app.ctx.log {
-        log.do_send(Event::new(
-            "end",
-            json!({ "summary": args.summary, "gaps": gaps, "steps": state.step, "task": state.task, "stoppedBackground": stopped }),
-        ));
-        // The end of a run is synced to disk before finish replies.
-        last_seq = log.send(Flush).await.ok().and_then(Result::ok);
-    }
-    Ok(
-        json!({ "runId": state.run_id, "steps": state.step, "gaps": gaps, "lastSeq": last_seq, "stoppedBackground": stopped }),
-    )
-}
-
 pub fn parse_run_code(args: &RawValue) -> Result<(String, Duration), VerbError> {
     let args: RunCodeArgs = parse_args(args)?;
     let ms = args.timeout_ms.unwrap_or(DEFAULT_BUDGET_MS);
@@ -124,32 +39,6 @@ pub fn parse_run_code(args: &RawValue) -> Result<(String, Duration), VerbError> 
         return Err(VerbError::InvalidArgs(format!("timeoutMs must be between 1 and {MAX_BUDGET_MS} (got {ms})")));
     }
     Ok((args.code, Duration::from_millis(ms)))
-}
-
-/// What a run-loop tool or a verb call gives back to the server.
-pub struct ToolOutput {
-    /// The result as JSON text.
-    pub value: Json,
-    /// A second text block (run_code's console), if any.
-    pub extra: Option<String>,
-    /// The call handed work to the background (a run_code body past its budget): what it
-    /// started must not be stopped when the call returns.
-    pub detached: bool,
-}
-
-impl ToolOutput {
-    pub fn json(value: Json) -> Self {
-        Self { value, extra: None, detached: false }
-    }
-
-    pub fn value(value: &Value) -> Self {
-        Self::json(raw(value))
-    }
-}
-
-/// A JSON value as text; serializing a value cannot fail.
-fn raw(value: &Value) -> Json {
-    serde_json::value::to_raw_value(value).unwrap_or_else(|_| gm_actors::js_engine::null_json())
 }
 
 /// Runs a body. One still running at its budget goes on in the background as a job
@@ -272,6 +161,33 @@ fn js_error_code(e: &JsError) -> &'static str {
         JsError::OutOfMemory { .. } => "out_of_memory",
         JsError::Engine(_) => "engine_error",
     }
+}
+
+/// run_code's description: the body's rules and every verb and child tool it can call.
+pub fn run_code_description(children: &[ChildTool]) -> String {
+    let mut d = String::from(
+        "Run an async JavaScript body (QuickJS) and return its result. `return` gives the result; \
+         console.log/error are captured; a throw comes back as an error with its stack and the line in the body. \
+         Budget 180000 ms by default (timeoutMs, at most 300000); a body still running at its budget goes on in the background. \
+         require() and import() load files relative to the workspace. \
+         Every verb is an async function on `gm`, admitted like a tool call (a shell runs alone):\n",
+    );
+    for v in verbs::registry() {
+        d.push_str(&format!("- gm.{}(args): {}\n", v.name, v.description));
+    }
+    if !children.is_empty() {
+        d.push_str("Tools of the child MCP servers gm started (the child's result comes back as it sent it; isError: true throws):\n");
+        for t in children {
+            let first = t.description.lines().next().unwrap_or("").trim();
+            d.push_str(&format!("- gm.{}(args): {} [{}]\n", t.name, first, t.server));
+        }
+    }
+    d.push_str(
+        "- gm.verbs(): every verb with its description and argument schema.\n\
+         - gm.try(fn): runs fn and returns its value, or { ok: false, error } instead of throwing.\n\
+         Example: const f = await gm.read_file({ path: 'README.md' }); return f.totalLines;",
+    );
+    d
 }
 
 #[cfg(test)]

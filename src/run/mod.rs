@@ -1,0 +1,233 @@
+//! The run loop's own tools — next_context (one step), run_code (a body in the JS engine) and
+//! finish (the end of the run) — declared once in a table beside the verb registry, with the
+//! per-connection state they change.
+//!
+//! A tool's `arrive` runs when its call arrives, in the server actor, in arrival order: it
+//! changes the connection's run state there (the read gate is judged, the step counted) and
+//! returns the rest of the call as a future that touches no connection state.
+
+pub mod body;
+pub mod step;
+
+use std::rc::Rc;
+
+use futures::future::LocalBoxFuture;
+use gm_actors::cancel::CancelToken;
+use gm_actors::log_writer::{Event, SetRun};
+use gm_actors::scheduler::Pool;
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+
+use crate::app::App;
+use crate::children::ChildTool;
+use crate::run_state::RunState;
+use crate::verbs::{self, schema_of, Json, Traits, VerbError, QUICK};
+
+pub const NEXT_CONTEXT: &str = "next_context";
+pub const RUN_CODE: &str = "run_code";
+pub const FINISH: &str = "finish";
+
+/// What the run loop keeps per connection.
+pub struct RunSession {
+    /// This connection has read skill://gm/SKILL.md: run_code is open.
+    pub skill_read: bool,
+    pub run: RunState,
+    /// The step an earlier gm had reached, until the first step this gm serves says so.
+    pub resumed: Option<u64>,
+    /// The number of the last body started.
+    pub next_body: u64,
+}
+
+impl RunSession {
+    /// The session of `run`; `resumed` when an earlier gm left it unfinished.
+    pub fn new(run: RunState, resumed: bool) -> Self {
+        Self { skill_read: false, resumed: resumed.then_some(run.step), run, next_body: 0 }
+    }
+}
+
+/// The rest of a call, after its arrival.
+pub type ToolFuture = LocalBoxFuture<'static, Result<ToolOutput, Value>>;
+
+/// One of the run loop's own tools.
+pub struct LoopTool {
+    pub name: &'static str,
+    /// Its description, given the child servers' tools (run_code's names them).
+    pub description: fn(&[ChildTool]) -> String,
+    pub schema: fn() -> Value,
+    pub traits: Traits,
+    /// The slots a call of it takes (verbs take theirs inside `verbs::call`).
+    pub pool: Pool,
+    /// Listed on `--surface tools` too (run_code is the code surface's alone).
+    pub on_tools_surface: bool,
+    pub annotations: fn() -> Value,
+    /// The call, at its arrival: see the module's docs.
+    pub arrive: fn(&Rc<App>, &mut RunSession, &RawValue, CancelToken) -> ToolFuture,
+}
+
+/// The run loop's tools, in the order surfaces list them (run_code and the verbs go between
+/// the first and the last).
+pub fn loop_tools() -> &'static [LoopTool] {
+    static TOOLS: [LoopTool; 3] = [
+        LoopTool {
+            name: NEXT_CONTEXT,
+            description: |_| {
+                "One step of the run: the governance rules (re-read from skill://gm/SKILL.md every call), the task, the step number and the steps left, open rows, background work and the last log events. Pass { task } to set the run's task and { stepBudget } to set how many steps it may take.".into()
+            },
+            schema: schema_of::<step::NextContextArgs>,
+            traits: QUICK,
+            pool: Pool::Verb,
+            on_tools_surface: true,
+            annotations: || json!({ "readOnlyHint": false, "idempotentHint": false }),
+            arrive: arrive_next_context,
+        },
+        LoopTool {
+            name: RUN_CODE,
+            description: body::run_code_description,
+            schema: schema_of::<body::RunCodeArgs>,
+            traits: Traits { cancellable: true, progress: true },
+            pool: Pool::Body,
+            on_tools_surface: false,
+            annotations: || json!({ "readOnlyHint": false, "openWorldHint": true }),
+            arrive: arrive_run_code,
+        },
+        LoopTool {
+            name: FINISH,
+            description: |_| {
+                "End the run: logs an end event with the summary and the gaps (what is not done, not verified or not known). stopBackground: true also stops background work still running. The next next_context starts a new run.".into()
+            },
+            schema: schema_of::<step::FinishArgs>,
+            traits: QUICK,
+            pool: Pool::Verb,
+            on_tools_surface: true,
+            annotations: || json!({ "readOnlyHint": false, "idempotentHint": false }),
+            arrive: arrive_finish,
+        },
+    ];
+    &TOOLS
+}
+
+pub fn loop_tool(name: &str) -> Option<&'static LoopTool> {
+    loop_tools().iter().find(|t| t.name == name)
+}
+
+/// A call that fails at its arrival.
+fn refused(error: Value) -> ToolFuture {
+    Box::pin(futures::future::ready(Err(error)))
+}
+
+fn arrive_next_context(app: &Rc<App>, s: &mut RunSession, args: &RawValue, _: CancelToken) -> ToolFuture {
+    let parsed: step::NextContextArgs = match verbs::parse_args(args) {
+        Ok(a) => a,
+        Err(e) => return refused(e.to_json()),
+    };
+    if parsed.step_budget == Some(0) {
+        return refused(VerbError::InvalidArgs("stepBudget must be at least 1".into()).to_json());
+    }
+    // The step after a finish starts the next run.
+    if s.run.finished {
+        s.run = RunState::new(crate::serve::new_run_id(), app.step_budget);
+        s.resumed = None;
+        if let Some(log) = &app.ctx.log {
+            log.do_send(SetRun(s.run.run_id.clone()));
+        }
+    }
+    s.run.step += 1;
+    if let Some(task) = parsed.task {
+        s.run.task = Some(task);
+    }
+    if let Some(budget) = parsed.step_budget {
+        s.run.step_budget = budget;
+    }
+    let (state, resumed) = (s.run.clone(), s.resumed.take());
+    save_run(app, &state);
+    let app = app.clone();
+    Box::pin(async move {
+        step::next_context(&app, state, resumed).await.map(|v| ToolOutput::value(&v)).map_err(|e| e.to_json())
+    })
+}
+
+fn arrive_finish(app: &Rc<App>, s: &mut RunSession, args: &RawValue, _: CancelToken) -> ToolFuture {
+    // Bad arguments change nothing: the run stays open.
+    let parsed: step::FinishArgs = match verbs::parse_args(args) {
+        Ok(a) => a,
+        Err(e) => return refused(e.to_json()),
+    };
+    s.run.finished = true;
+    let state = s.run.clone();
+    save_run(app, &state);
+    let app = app.clone();
+    Box::pin(
+        async move { step::finish(&app, parsed, state).await.map(|v| ToolOutput::value(&v)).map_err(|e| e.to_json()) },
+    )
+}
+
+fn arrive_run_code(app: &Rc<App>, s: &mut RunSession, args: &RawValue, cancel: CancelToken) -> ToolFuture {
+    // The read gate is judged in arrival order: a run_code sent before the skill read is
+    // refused even if it would start after it.
+    if !s.skill_read {
+        return refused(json!({
+            "code": "skill_not_read",
+            "message": "run_code is closed until this connection has read the gm skill: call resources/read with { \"uri\": \"skill://gm/SKILL.md\" } (ReadMcpResourceTool, server gm), then call run_code again.",
+            "read": { "method": "resources/read", "params": { "uri": "skill://gm/SKILL.md" } },
+        }));
+    }
+    let (code, budget) = match body::parse_run_code(args) {
+        Ok(parsed) => parsed,
+        Err(e) => return refused(e.to_json()),
+    };
+    s.next_body += 1;
+    let number = s.next_body;
+    let app = app.clone();
+    Box::pin(async move {
+        // The body's `gm` names the child servers' tools: wait until they have all started or
+        // failed.
+        tokio::select! {
+            biased;
+            () = cancel.cancelled() => return Err(VerbError::Cancelled.to_json()),
+            () = app.ctx.children.ready() => {}
+        }
+        body::run_code(&app, code, budget, number, cancel).await
+    })
+}
+
+/// Sets the run's task (the `gm` prompt's `task` argument).
+pub fn set_task(app: &App, s: &mut RunSession, task: &str) {
+    s.run.task = Some(task.to_owned());
+    let state = s.run.clone();
+    save_run(app, &state);
+}
+
+/// Keeps the run's state for the next gm; a failure is logged, never a failed call.
+fn save_run(app: &App, state: &RunState) {
+    if let Err(e) = app.run_file.save(state) {
+        if let Some(log) = &app.ctx.log {
+            log.do_send(Event::new("run-state", json!({ "state": "failed", "error": e.to_string() })));
+        }
+    }
+}
+
+/// What a run-loop tool or a verb call gives back to the server.
+pub struct ToolOutput {
+    /// The result as JSON text.
+    pub value: Json,
+    /// A second text block (run_code's console), if any.
+    pub extra: Option<String>,
+    /// The call handed work to the background (a run_code body past its budget): what it
+    /// started must not be stopped when the call returns.
+    pub detached: bool,
+}
+
+impl ToolOutput {
+    pub fn json(value: Json) -> Self {
+        Self { value, extra: None, detached: false }
+    }
+
+    pub fn value(value: &Value) -> Self {
+        Self::json(raw(value))
+    }
+}
+
+/// A JSON value as text; serializing a value cannot fail.
+pub(crate) fn raw(value: &Value) -> Json {
+    serde_json::value::to_raw_value(value).unwrap_or_else(|_| gm_actors::js_engine::null_json())
+}

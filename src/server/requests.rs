@@ -1,0 +1,197 @@
+//! The methods other than tools/call: the handshake, the lists, resources, prompts and skills.
+//! Each result is a typed shape of `protocol::mcp`, built here from gm's own types.
+
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use super::{surface, Later, Server};
+use crate::protocol::jsonrpc::{self, RpcError};
+use crate::protocol::mcp;
+use crate::server::surface::Surface;
+use crate::skills;
+
+/// The prompts gm serves: each skill, with the `gm` skill taking the run's task.
+const PROMPTS: &[(&str, &str, &str, &str)] = &[
+    (
+        "gm",
+        "gm: run a task",
+        "The gm skill: the loop and the seven rules of a run, with the run's task.",
+        "skill://gm/SKILL.md",
+    ),
+    ("gm-continue", "gm: continue a run", "Continue a gm run that was handed off.", "skill://gm-continue/SKILL.md"),
+];
+
+impl Server {
+    /// The requests that answer later: on the code surface, tools/list waits until every child
+    /// server has started or failed, since run_code's description names their tools.
+    pub(super) fn later_request(&self, id: &Value, method: &str, params: &Value) -> Option<Later> {
+        if method != "tools/list" || self.app.surface != Surface::Code {
+            return None;
+        }
+        let (app, id, params) = (self.app.clone(), id.clone(), params.clone());
+        let future = async move {
+            app.ctx.children.ready().await;
+            let tools = surface::tools(app.surface, &app.ctx.children.tools());
+            let reply = match page(tools, &params, app.page_size) {
+                Ok((tools, next_cursor)) => {
+                    jsonrpc::result(&id, mcp::to_value(&mcp::ListToolsResult { tools, next_cursor }))
+                }
+                Err(e) => jsonrpc::error(&id, &e),
+            };
+            Some(reply.to_string())
+        };
+        Some(Later { future: Box::pin(future), call: None })
+    }
+
+    pub(super) fn on_request(&mut self, method: &str, params: Value) -> Result<Value, RpcError> {
+        match method {
+            "initialize" => {
+                let requested = params.get("protocolVersion").and_then(Value::as_str);
+                let version = mcp::negotiate(requested);
+                self.session.protocol = Some(version);
+                self.log(
+                    "initialize",
+                    json!({ "requested": requested, "protocolVersion": version, "client": params.get("clientInfo") }),
+                );
+                ok(&mcp::InitializeResult {
+                    protocol_version: version,
+                    capabilities: mcp::capabilities(),
+                    server_info: mcp::server_info(),
+                    instructions: instructions(),
+                })
+            }
+            "server/discover" => ok(&mcp::DiscoverResult {
+                supported_versions: mcp::PROTOCOL_VERSIONS,
+                capabilities: mcp::capabilities(),
+                server_info: mcp::server_info(),
+                instructions: instructions(),
+            }),
+            "ping" | "logging/setLevel" => Ok(json!({})),
+            "tools/list" => {
+                // The tools surface has no child tools to wait for.
+                let tools = surface::tools(self.app.surface, &[]);
+                let (tools, next_cursor) = page(tools, &params, self.app.page_size)?;
+                ok(&mcp::ListToolsResult { tools, next_cursor })
+            }
+            "resources/list" => {
+                let resources = self.app.ctx.skills.files().into_iter().map(resource).collect();
+                let (resources, next_cursor) = page(resources, &params, self.app.page_size)?;
+                ok(&mcp::ListResourcesResult { resources, next_cursor })
+            }
+            "resources/templates/list" => ok(&mcp::ListResourceTemplatesResult { resource_templates: Vec::new() }),
+            "resources/read" => self.read_resource(&params),
+            "prompts/list" => ok(&mcp::ListPromptsResult { prompts: PROMPTS.iter().map(prompt).collect() }),
+            "prompts/get" => self.get_prompt(&params),
+            "skills/list" => {
+                let skills = &self.app.ctx.skills;
+                let entries: Vec<Value> = skills.names().iter().filter_map(|n| skills.entry(n).ok()).collect();
+                let (skills, next_cursor) = page(entries, &params, self.app.page_size)?;
+                let cache = mcp::CacheHints::for_protocol(self.session.protocol);
+                ok(&mcp::ListSkillsResult { result_type: "complete", skills, next_cursor, cache })
+            }
+            "skills/get" => {
+                let uri = str_param(&params, "uri")?;
+                // SEP-2640: a URI that names no skill this server serves is invalid params.
+                let unknown = |why: String| RpcError::invalid_params(why).with_data(json!({ "uri": uri }));
+                let skill = uri
+                    .strip_prefix("skill://")
+                    .and_then(|r| r.strip_suffix("/SKILL.md"))
+                    .ok_or_else(|| unknown(format!("not a SKILL.md URI: {uri}")))?;
+                let entry = self.app.ctx.skills.entry(skill).map_err(|e| unknown(e.to_string()))?;
+                let cache = mcp::CacheHints::for_protocol(self.session.protocol);
+                ok(&mcp::GetSkillResult { result_type: "complete", skill: entry, cache })
+            }
+            other => Err(RpcError::new(jsonrpc::METHOD_NOT_FOUND, format!("method not found: {other}"))),
+        }
+    }
+
+    fn read_resource(&mut self, params: &Value) -> Result<Value, RpcError> {
+        let uri = str_param(params, "uri")?;
+        let text =
+            self.app.ctx.skills.read(uri).map_err(|e| {
+                RpcError::new(jsonrpc::RESOURCE_NOT_FOUND, e.to_string()).with_data(json!({ "uri": uri }))
+            })?;
+        if uri == "skill://gm/SKILL.md" {
+            // The read gate: run_code opens on this connection.
+            self.session.run.skill_read = true;
+            // run_code is open now: have its engines warm by the time it is called.
+            self.app.js.start();
+        }
+        self.log("skill-read", json!({ "uri": uri, "bytes": text.len() }));
+        ok(&mcp::ReadResourceResult {
+            contents: vec![mcp::TextResourceContents { uri: uri.to_owned(), mime_type: "text/markdown", text }],
+        })
+    }
+
+    fn get_prompt(&mut self, params: &Value) -> Result<Value, RpcError> {
+        let name = str_param(params, "name")?;
+        let &(_, _, description, uri) = PROMPTS
+            .iter()
+            .find(|p| p.0 == name)
+            .ok_or_else(|| RpcError::invalid_params(format!("unknown prompt: {name}")))?;
+        let text = self.app.ctx.skills.read(uri).map_err(|e| RpcError::new(jsonrpc::INTERNAL_ERROR, e.to_string()))?;
+        let mut body = skills::body(&text).to_owned();
+        let task = params.pointer("/arguments/task").and_then(Value::as_str).filter(|t| !t.trim().is_empty());
+        if let (Some(task), "gm") = (task, name) {
+            crate::run::set_task(&self.app, &mut self.session.run, task);
+            body.push_str(&format!("\n\n## Task\n\n{task}\n"));
+        }
+        ok(&mcp::GetPromptResult {
+            description,
+            messages: vec![mcp::PromptMessage { role: "user", content: mcp::TextContent::new(body) }],
+        })
+    }
+}
+
+fn ok<T: Serialize>(result: &T) -> Result<Value, RpcError> {
+    Ok(mcp::to_value(result))
+}
+
+fn resource(f: skills::SkillFile) -> mcp::Resource {
+    mcp::Resource {
+        name: format!("{}/{}", f.skill, f.file),
+        uri: f.uri,
+        mime_type: "text/markdown",
+        size: f.size,
+        meta: mcp::ResourceMeta { digest: f.digest },
+    }
+}
+
+fn prompt(&(name, title, description, _): &(&'static str, &'static str, &'static str, &'static str)) -> mcp::Prompt {
+    let arguments = match name {
+        "gm" => vec![mcp::PromptArgument { name: "task", description: "The task of the run.", required: false }],
+        _ => Vec::new(),
+    };
+    mcp::Prompt { name, title, description, arguments }
+}
+
+fn str_param<'a>(params: &'a Value, key: &str) -> Result<&'a str, RpcError> {
+    params
+        .get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| RpcError::invalid_params(format!("params.{key} must be a string")))
+}
+
+/// Cursor paging over a list: the cursor is the decimal offset of the next page.
+fn page<T>(mut items: Vec<T>, params: &Value, page_size: usize) -> Result<(Vec<T>, Option<String>), RpcError> {
+    let start = match params.get("cursor") {
+        None | Some(Value::Null) => 0,
+        Some(Value::String(c)) => c
+            .parse::<usize>()
+            .ok()
+            .filter(|&n| n <= items.len())
+            .ok_or_else(|| RpcError::invalid_params(format!("invalid cursor: {c}")))?,
+        Some(_) => return Err(RpcError::invalid_params("cursor must be a string")),
+    };
+    let end = (start + page_size).min(items.len());
+    let next = (end < items.len()).then(|| end.to_string());
+    items.truncate(end);
+    Ok((items.split_off(start), next))
+}
+
+fn instructions() -> String {
+    "gm is your hands and memory for a long-horizon run. First read the gm skill: resources/read \
+     skill://gm/SKILL.md (run_code stays closed until you do). Then call next_context at every step, do \
+     the step with run_code (every verb is await gm.<verb>(args)), and end with finish({ gaps })."
+        .into()
+}
