@@ -16,6 +16,7 @@
 //! - [`skills`]: the skill files served as resources, SEP-2640 skills and prompts.
 //! - [`blobs`]: `.gm/blobs/`, the long strings of logged calls, kept once by their sha256.
 //! - [`secrets`]: `.gm/secrets.env`: values given to shells, replaced in everything returned.
+//! - [`git`]: the workspace's repository through libgit2, as a small library the verbs share.
 //! - [`gitignore`]: adding lines to the workspace's .gitignore without disturbing it.
 //! - [`docs`]: reference tables printed from the code (`gm docs`), so the README cannot drift.
 //! - [`bench`]: `gm bench`, replaying a recorded log against a fresh server.
@@ -29,6 +30,7 @@ pub mod bench;
 pub mod blobs;
 pub mod children;
 pub mod docs;
+pub mod git;
 pub mod gitignore;
 pub mod js;
 pub mod mcp_config;

@@ -7,8 +7,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use super::git::{open, resolve};
 use super::{Ctx, VerbError};
+use crate::git::Repo;
 
 const PER_PAGE: usize = 100;
 const GH_TIMEOUT: Duration = Duration::from_secs(60);
@@ -53,13 +53,13 @@ pub async fn ci_status(ctx: Ctx, args: CiStatusArgs) -> Result<CiStatusReply, Ve
     let workspace = ctx.workspace.clone();
     let rev = args.rev.unwrap_or_else(|| "HEAD".into());
     let (host, repo, sha) = tokio::task::spawn_blocking(move || -> Result<_, VerbError> {
-        let repo = open(&workspace)?;
+        let repo = Repo::open(&workspace)?;
         let remote =
             repo.find_remote("origin").map_err(|_| VerbError::Refused("the repository has no origin remote".into()))?;
         let url = remote.url().unwrap_or("").to_owned();
         let (host, name) = parse_remote(&url)
             .ok_or_else(|| VerbError::Refused(format!("origin ({url}) is not a URL of a hosted repository")))?;
-        let sha = resolve(&repo, &rev)?;
+        let sha = repo.resolve(&rev)?;
         Ok((host, name, sha.to_string()))
     })
     .await

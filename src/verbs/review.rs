@@ -11,9 +11,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::files::write_atomic;
-use super::git::{describe, open, resolve, GitError};
 use super::paths::resolve as resolve_path;
 use super::{Ctx, VerbError};
+use crate::git::{self, GitError, Repo};
 
 /// Bytes of one referenced file (or the diff) put in a packet; past that the packet says how
 /// much was cut and where the whole is.
@@ -102,19 +102,19 @@ pub async fn review_packet(ctx: Ctx, args: PacketArgs) -> Result<PacketReply, Ve
             let workspace = ctx.workspace.clone();
             let out_dir = ctx.state_dir.join("out");
             let d = tokio::task::spawn_blocking(move || -> Result<_, VerbError> {
-                let repo = open(&workspace)?;
+                let repo = Repo::open(&workspace)?;
                 let (from, to) = range
                     .split_once("..")
                     .ok_or_else(|| VerbError::InvalidArgs(format!("range '{range}' is not a..b")))?;
                 let tree = |rev: &str| -> Result<git2::Tree, VerbError> {
-                    let oid = resolve(&repo, rev)?;
+                    let oid = repo.resolve(rev)?;
                     let commit = repo.find_commit(oid).map_err(|e| VerbError::from(GitError::from(e)))?;
                     commit.tree().map_err(|e| VerbError::from(GitError::from(e)))
                 };
                 let diff = repo
                     .diff_tree_to_tree(Some(&tree(from)?), Some(&tree(to)?), None)
                     .map_err(|e| VerbError::from(GitError::from(e)))?;
-                Ok(describe(&diff, &out_dir)?)
+                Ok(git::describe(&diff, &out_dir)?)
             })
             .await
             .map_err(|e| VerbError::Internal(e.to_string()))??;

@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
-use git2::{Oid, Repository};
+use git2::Oid;
 use gm_actors::file_locks::Mode;
 use gm_actors::log_writer::Query;
 use schemars::JsonSchema;
@@ -20,9 +20,9 @@ use serde::{Deserialize, Serialize};
 use super::files::write_atomic;
 use gm_actors::cancel::CancelToken;
 
-use super::git::{do_fetch, open, push_spec, resolve, signature, GitError};
 use super::paths::lock;
 use super::{Ctx, VerbError};
+use crate::git::{GitError, Repo};
 
 const ROWS: &str = "work/rows";
 const CLOSES: &str = "work/closes";
@@ -314,13 +314,11 @@ pub async fn prd_resolve(ctx: Ctx, args: ResolveArgs) -> Result<ResolveReply, Ve
         )));
     }
     let workspace = ctx.workspace.clone();
-    let full = tokio::task::spawn_blocking(move || -> Result<Oid, GitError> {
-        let repo = open(&workspace)?;
-        resolve(&repo, &commit)
-    })
-    .await
-    .map_err(|e| VerbError::Internal(e.to_string()))?
-    .map_err(|e| VerbError::Refused(format!("the witness commit does not exist: {e}")))?;
+    let full =
+        tokio::task::spawn_blocking(move || -> Result<Oid, GitError> { Repo::open(&workspace)?.resolve(&commit) })
+            .await
+            .map_err(|e| VerbError::Internal(e.to_string()))?
+            .map_err(|e| VerbError::Refused(format!("the witness commit does not exist: {e}")))?;
     let row = change(ctx, &args.id, Kind::Prd, move |row| {
         if row.state == State::Resolved {
             return Err(VerbError::Refused(format!("{} is already resolved", row.id)));
@@ -373,15 +371,15 @@ struct Closed {
 
 fn close_on_origin(workspace: &Path, id: &str, witness: &str) -> Result<Closed, VerbError> {
     let refused = |m: String| VerbError::Refused(m);
-    let repo: Repository = open(workspace)?;
-    do_fetch(&repo, "origin", &CancelToken::default())?;
+    let repo = Repo::open(workspace)?;
+    repo.fetch("origin", &CancelToken::default())?;
     let main = repo
         .find_reference("refs/remotes/origin/main")
         .ok()
         .and_then(|r| r.target())
         .ok_or_else(|| refused("origin has no main branch".into()))?;
     let witness =
-        resolve(&repo, witness).map_err(|_| refused(format!("the witness '{witness}' is not a commit here")))?;
+        repo.resolve(witness).map_err(|_| refused(format!("the witness '{witness}' is not a commit here")))?;
     if witness != main && !repo.graph_descendant_of(main, witness).map_err(GitError::from)? {
         return Err(refused(format!(
             "the witness {witness} is not on origin/main: push the work first, then close the row"
@@ -401,13 +399,13 @@ fn close_on_origin(workspace: &Path, id: &str, witness: &str) -> Result<Closed, 
     }
     let tree_id = builder.create_updated(&repo, &base_tree).map_err(GitError::from)?;
     let tree = repo.find_tree(tree_id).map_err(GitError::from)?;
-    let sig = signature(&repo)?;
+    let sig = repo.signature()?;
     let commit = repo
         .commit(None, &sig, &sig, &format!("close {id}\n\nwitness {witness}"), &tree, &[&base])
         .map_err(GitError::from)?;
     let mut remote = repo.find_remote("origin").map_err(GitError::from)?;
     let spec = format!("{commit}:refs/heads/main");
-    push_spec(&repo, &mut remote, &spec, &CancelToken::default())
+    repo.push(&mut remote, &spec, &CancelToken::default())
         .map_err(|e| refused(format!("the close was not pushed ({e}); nothing changed")))?;
     // Keep the remote-tracking ref and, when it was in step, the local main in step.
     let _ = repo.reference("refs/remotes/origin/main", commit, true, "gm: close pushed");
