@@ -20,7 +20,7 @@ use crate::gitignore;
 use crate::mcp_config;
 use crate::run_state::{Loaded, RunState, RunStateFile};
 use crate::search::calls::CallIndex;
-use crate::search::index::SearchIndex;
+use crate::search::index_actor::SearchIndex;
 use crate::secrets::SecretsFile;
 use crate::server::surface::Surface;
 use crate::server::{Server, Stop};

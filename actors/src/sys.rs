@@ -103,6 +103,13 @@ fn is_zombie(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
+/// Lowers the calling thread's scheduling priority (nice 10), for background work that should
+/// give way to the calls being served.
+pub fn lower_thread_priority() {
+    // SAFETY: setpriority on the calling thread (who = 0) has no memory effects.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 10) };
+}
+
 /// The signals that end gm: SIGINT, SIGTERM and SIGHUP.
 pub const STOP_SIGNALS: [i32; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 

@@ -6,6 +6,7 @@ pub mod calls;
 pub mod classify;
 pub mod grep;
 pub mod index;
+pub mod index_actor;
 pub mod loc;
 pub mod tokenizer;
 pub mod tracked;

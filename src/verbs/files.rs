@@ -111,7 +111,7 @@ fn large_page(path: &Path, offset: usize, limit: usize) -> Result<ReadFileReply,
 /// Tells the search index a file inside the workspace changed, so the next search sees it.
 fn touched(ctx: &Ctx, path: &Path) {
     if let Ok(rel) = path.strip_prefix(&ctx.workspace) {
-        ctx.search.do_send(crate::search::index::Touched(vec![rel.to_string_lossy().replace('\\', "/")]));
+        ctx.search.do_send(crate::search::index_actor::Touched(vec![rel.to_string_lossy().replace('\\', "/")]));
     }
 }
 

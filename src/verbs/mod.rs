@@ -31,7 +31,7 @@ use gm_actors::jobs::Jobs;
 use gm_actors::scheduler::{Pool, Scheduler};
 
 use crate::search::calls::CallIndex;
-use crate::search::index::SearchIndex;
+use crate::search::index_actor::SearchIndex;
 use gm_actors::log_writer::LogWriter;
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;

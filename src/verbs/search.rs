@@ -11,7 +11,7 @@ use super::files::write_atomic;
 use super::{Ctx, VerbError};
 use crate::search::calls::{Callers, CallersReply, Impact, ImpactReply};
 use crate::search::grep::{self, GrepQuery, GrepResult, Mode};
-use crate::search::index::{Search, SearchReply};
+use crate::search::index_actor::{Search, SearchReply};
 use crate::search::tokenizer::words;
 use crate::search::tracked::tracked_files;
 use crate::search::wiki::{self, WikiHit};
