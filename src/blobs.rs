@@ -102,10 +102,7 @@ impl Blobs {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
-        let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
-        std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, &path)).inspect_err(|_| {
-            let _ = std::fs::remove_file(&tmp);
-        })?;
+        gm_actors::fs::replace(&path, bytes)?;
         Ok(digest)
     }
 

@@ -36,8 +36,7 @@ pub fn ensure(workspace: &Path, lines: &[&str]) -> std::io::Result<Outcome> {
         text.push_str(line);
         text.push_str(eol);
     }
-    let tmp = workspace.join(format!(".gitignore.gm-tmp-{}", std::process::id()));
-    std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, &path))?;
+    gm_actors::fs::replace(&path, text.as_bytes())?;
     Ok(Outcome::Added(missing))
 }
 

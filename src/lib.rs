@@ -42,5 +42,6 @@ pub mod secrets;
 pub mod serve;
 pub mod server;
 pub mod skills;
+pub mod text;
 pub mod verbs;
 pub mod walk;

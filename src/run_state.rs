@@ -78,10 +78,7 @@ impl RunStateFile {
         if let Some(dir) = self.path.parent() {
             std::fs::create_dir_all(dir)?;
         }
-        let tmp = self.path.with_extension(format!("json.tmp-{}", std::process::id()));
-        std::fs::write(&tmp, &text).and_then(|()| std::fs::rename(&tmp, &self.path)).inspect_err(|_| {
-            let _ = std::fs::remove_file(&tmp);
-        })
+        gm_actors::fs::replace(&self.path, &text)
     }
 }
 

@@ -43,13 +43,6 @@ pub struct FileGuard {
     locks: Option<Addr<FileLocks>>,
 }
 
-impl FileGuard {
-    /// A guard that holds nothing, for calls that touch no file.
-    pub fn none() -> Self {
-        Self { id: 0, locks: None }
-    }
-}
-
 impl Drop for FileGuard {
     fn drop(&mut self) {
         if let Some(locks) = &self.locks {

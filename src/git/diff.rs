@@ -53,10 +53,7 @@ pub fn describe(diff: &Diff, out_dir: &Path) -> Result<DiffSummary, GitError> {
         let path = crate::verbs::out::unique_path(out_dir, "diff", ".patch");
         let _ = std::fs::create_dir_all(out_dir);
         let saved = std::fs::write(&path, &whole).is_ok();
-        let mut keep = INLINE_PATCH;
-        while !whole.is_char_boundary(keep) {
-            keep -= 1;
-        }
+        let keep = crate::text::head(&whole, INLINE_PATCH).len();
         (whole[..keep].to_owned(), whole.len() - keep, saved.then(|| path.to_string_lossy().into_owned()))
     } else {
         (whole, 0, None)

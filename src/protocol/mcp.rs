@@ -17,8 +17,6 @@ pub const BATCH_VERSION: &str = "2025-03-26";
 /// The `_meta` key under which every tools/call result carries the run id.
 pub const RUN_META_KEY: &str = "com.anentrypoint.gmnew/run";
 pub const SKILLS_EXTENSION: &str = "io.modelcontextprotocol/skills";
-/// `_meta` keys of a call copied into its action event.
-pub const TRACE_KEYS: &[&str] = &["traceparent", "tracestate", "baggage"];
 
 pub fn negotiate(requested: Option<&str>) -> &'static str {
     requested.and_then(|r| PROTOCOL_VERSIONS.iter().find(|v| **v == r).copied()).unwrap_or(LATEST_VERSION)

@@ -104,12 +104,7 @@ fn visit(node: Node, rel: &str, src: &[u8], facts: &mut FileFacts) {
             };
             let mut snippet: String = text(node, src).lines().next().unwrap_or("").trim().to_owned();
             if snippet.len() > 160 {
-                let mut cut = 160;
-                while !snippet.is_char_boundary(cut) {
-                    cut -= 1;
-                }
-                snippet.truncate(cut);
-                snippet.push('…');
+                snippet = format!("{}…", crate::text::head(&snippet, 160));
             }
             facts.calls.push(CallSite {
                 path: rel.to_owned(),

@@ -3,7 +3,6 @@
 //! every core, and a cap on the matches returned that says how many were left out.
 
 use gm_actors::cancel::CancelToken;
-use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use grep_matcher::Matcher;
@@ -224,9 +223,4 @@ impl Sink for Collect<'_> {
         self.binary = true;
         Ok(false)
     }
-}
-
-/// Whether a path is inside `root` once resolved (for refusing search paths outside it).
-pub fn is_inside(root: &Path, candidate: &Path) -> bool {
-    candidate.starts_with(root)
 }

@@ -496,11 +496,8 @@ impl LineIndex {
 
     fn save_manifest(&self) -> Result<(), IndexError> {
         let path = self.dir.join("manifest.json");
-        let tmp = self.dir.join("manifest.json.tmp");
         let bytes = serde_json::to_vec(&self.manifest).unwrap_or_default();
-        std::fs::write(&tmp, bytes)
-            .and_then(|()| std::fs::rename(&tmp, &path))
-            .map_err(|source| IndexError::Io { path, source })
+        gm_actors::fs::replace(&path, &bytes).map_err(|source| IndexError::Io { path, source })
     }
 
     /// The `limit` best lines for `query`, optionally only in files whose path starts with

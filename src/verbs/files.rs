@@ -4,8 +4,7 @@
 //! order). A write is atomic — a temp file in the same directory renamed over the target — so a
 //! refused or failed write leaves the file as it was.
 
-use std::io::Write;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use gm_actors::file_locks::Mode;
@@ -76,10 +75,16 @@ pub async fn read_file(ctx: Ctx, args: ReadFileArgs) -> Result<ReadFileReply, Ve
             .await
             .map_err(|e| VerbError::Internal(format!("read_file failed: {e}")))?;
     }
-    let bytes = std::fs::read(&path).map_err(|e| VerbError::io("cannot read", &path, e))?;
-    let size = bytes.len() as u64;
-    let text = String::from_utf8(bytes).map_err(|_| VerbError::NotText { path: path.clone(), size })?;
+    let text = read_text(&path)?;
     Ok(page(path.to_string_lossy().into_owned(), &text, offset, limit))
+}
+
+/// A whole file as text, or the verb error that says why not.
+pub fn read_text(path: &Path) -> Result<String, VerbError> {
+    crate::text::read_text(path).map_err(|e| match e {
+        crate::text::ReadTextError::Io(e) => VerbError::io("cannot read", path, e),
+        crate::text::ReadTextError::NotText { size } => VerbError::NotText { path: path.to_owned(), size },
+    })
 }
 
 /// Files up to this size are read whole; larger ones a page at a time (see [`super::lines`]).
@@ -195,30 +200,12 @@ pub fn write_atomic(path: &Path, content: &[u8]) -> Result<(), VerbError> {
             return std::fs::write(&target, content).map_err(|e| VerbError::io("cannot write", path, e));
         }
     }
-    let dir =
-        target.parent().ok_or_else(|| VerbError::InvalidArgs(format!("{} has no parent directory", path.display())))?;
-    let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.gm-tmp-{}-{}", std::process::id(), unique()));
-    let result = (|| -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;
-        f.write_all(content)?;
-        if let Some(m) = &existing {
-            f.set_permissions(std::fs::Permissions::from_mode(m.mode() & 0o7777))?;
-        }
-        f.sync_data()?;
-        std::fs::rename(&tmp, &target)
-    })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(VerbError::io("cannot write", path, e));
+    if target.parent().is_none() {
+        return Err(VerbError::InvalidArgs(format!("{} has no parent directory", path.display())));
     }
-    Ok(())
-}
-
-fn unique() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    N.fetch_add(1, Ordering::Relaxed)
+    // A user's file: the new one keeps the old one's mode, and is synced before the rename.
+    let mode = existing.as_ref().map(|m| m.mode() & 0o7777);
+    gm_actors::fs::replace_with(&target, content, mode, true).map_err(|e| VerbError::io("cannot write", path, e))
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -277,9 +264,7 @@ pub async fn edit_file(ctx: Ctx, args: EditFileArgs) -> Result<EditFileReply, Ve
 }
 
 fn edit_in_place(path: &Path, args: &EditFileArgs, out_dir: &Path) -> Result<EditFileReply, VerbError> {
-    let bytes = std::fs::read(path).map_err(|e| VerbError::io("cannot read", path, e))?;
-    let size = bytes.len() as u64;
-    let before = String::from_utf8(bytes).map_err(|_| VerbError::NotText { path: path.to_owned(), size })?;
+    let before = read_text(path)?;
     let starts: Vec<usize> = before.match_indices(&args.old).map(|(i, _)| i).collect();
     match starts.len() {
         0 => return Err(VerbError::NoMatch { path: path.to_owned(), hint: near_miss_hint(&before, &args.old) }),
@@ -295,10 +280,7 @@ fn edit_in_place(path: &Path, args: &EditFileArgs, out_dir: &Path) -> Result<Edi
     let shown = path.to_string_lossy().into_owned();
     let whole = super::edit_diff::replacement_diff(&before, &after, &starts, args.old.len(), args.new.len(), &shown);
     let (diff, diff_cut, diff_file) = if whole.len() > INLINE_DIFF {
-        let mut keep = INLINE_DIFF;
-        while !whole.is_char_boundary(keep) {
-            keep -= 1;
-        }
+        let keep = crate::text::head(&whole, INLINE_DIFF).len();
         let file = super::out::unique_path(out_dir, "edit", ".diff");
         let saved = std::fs::create_dir_all(out_dir).and_then(|()| std::fs::write(&file, &whole)).is_ok();
         (whole[..keep].to_owned(), whole.len() - keep, saved.then(|| file.to_string_lossy().into_owned()))

@@ -60,18 +60,13 @@ fn capped(text: &str, whole: &Path) -> String {
     if text.len() <= SECTION_CAP {
         return text.to_owned();
     }
-    let mut keep = SECTION_CAP;
-    while !text.is_char_boundary(keep) {
-        keep -= 1;
-    }
-    format!("{}\n[... {} bytes cut; the whole is {} ...]\n", &text[..keep], text.len() - keep, whole.display())
+    let kept = crate::text::head(text, SECTION_CAP);
+    format!("{kept}\n[... {} bytes cut; the whole is {} ...]\n", text.len() - kept.len(), whole.display())
 }
 
 fn read_text(ctx: &Ctx, path: &str) -> Result<(PathBuf, String), VerbError> {
     let p = resolve_path(ctx, path)?;
-    let bytes = std::fs::read(&p).map_err(|e| VerbError::io("cannot read", &p, e))?;
-    let size = bytes.len() as u64;
-    let text = String::from_utf8(bytes).map_err(|_| VerbError::NotText { path: p.clone(), size })?;
+    let text = super::files::read_text(&p)?;
     Ok((p, text))
 }
 
