@@ -40,7 +40,7 @@ fn js_err(gm: &mut Gm, code: &str) -> Value {
     gm.call_err("run_code", json!({ "code": code }))
 }
 
-fn events(gm: &Gm, kind: &str, name: &str) -> Vec<Value> {
+fn events(gm: &mut Gm, kind: &str, name: &str) -> Vec<Value> {
     gm.events_of(kind).into_iter().filter(|e| e["name"] == name).collect()
 }
 
@@ -72,7 +72,7 @@ fn a_child_tool_is_a_call_in_run_code_beside_the_native_verbs_listed_and_logged(
         (Some("t"), Some("echo"), Some("ok"))
     );
     assert_eq!(call["args"], json!({ "x": 1 }));
-    let ready = events(&gm, "mcp-server", "t").into_iter().find(|e| e["state"] == "ready").expect("ready event");
+    let ready = events(&mut gm, "mcp-server", "t").into_iter().find(|e| e["state"] == "ready").expect("ready event");
     assert_eq!(ready["serverInfo"]["name"], "t");
     assert_eq!(ready["protocolVersion"], "2025-11-25");
 }
@@ -140,7 +140,8 @@ fn a_server_that_exits_before_initialize_is_tried_three_times_and_its_failure_na
     let message = err["message"].as_str().expect("message");
     assert!(message.contains("3 attempts") && message.contains("attempt 3"), "{message}");
     assert!(message.contains("crashing before initialize"), "the stderr tail is named: {message}");
-    let failed = events(&gm, "mcp-server", "bad").into_iter().find(|e| e["state"] == "failed").expect("failed event");
+    let failed =
+        events(&mut gm, "mcp-server", "bad").into_iter().find(|e| e["state"] == "failed").expect("failed event");
     assert_eq!(failed["causes"].as_array().expect("causes").len(), 3);
     assert_eq!(failed["startupBudgetMs"], 30_000);
     assert!(failed["stderr"].as_str().expect("stderr").contains("crashing before initialize"));
@@ -154,7 +155,7 @@ fn a_server_that_starts_on_its_third_attempt_is_used() {
     configure(dir.path(), json!({ "flaky": entry(&["--crash-before-init-times", count, "2"], json!({})) }));
     let mut gm = serve(dir.path(), &[]);
     assert_eq!(gm.js("return (await gm.flaky_echo({ z: 3 })).structuredContent.echo.z"), 3);
-    let ready = events(&gm, "mcp-server", "flaky").into_iter().find(|e| e["state"] == "ready").expect("ready");
+    let ready = events(&mut gm, "mcp-server", "flaky").into_iter().find(|e| e["state"] == "ready").expect("ready");
     assert_eq!(ready["start"], 3);
 }
 
@@ -217,9 +218,9 @@ fn a_child_killed_mid_call_fails_that_call_at_once_and_the_next_call_starts_it_a
     assert!(message.contains("exit code 7") && message.contains("crashing in the middle of a call"), "{message}");
     assert_eq!(gm.js("return (await gm.t_echo({ again: true })).structuredContent.echo.again"), true);
     let states: Vec<String> =
-        events(&gm, "mcp-server", "t").iter().map(|e| e["state"].as_str().unwrap_or("").to_owned()).collect();
+        events(&mut gm, "mcp-server", "t").iter().map(|e| e["state"].as_str().unwrap_or("").to_owned()).collect();
     assert!(states.iter().any(|s| s == "exited"), "{states:?}");
-    let starts: Vec<u64> = events(&gm, "mcp-server", "t")
+    let starts: Vec<u64> = events(&mut gm, "mcp-server", "t")
         .iter()
         .filter(|e| e["state"] == "ready")
         .map(|e| e["start"].as_u64().unwrap_or(0))
@@ -239,7 +240,7 @@ fn a_server_that_never_answers_fails_at_its_startup_budget_and_garbage_on_stdout
     );
     let mut gm = serve(dir.path(), &[]);
     assert_eq!(gm.js("return (await gm.noisy_echo({ n: 5 })).structuredContent.echo.n"), 5);
-    let failed = events(&gm, "mcp-server", "hang").into_iter().find(|e| e["state"] == "failed").expect("failed");
+    let failed = events(&mut gm, "mcp-server", "hang").into_iter().find(|e| e["state"] == "failed").expect("failed");
     let causes = failed["causes"].as_array().expect("causes");
     assert_eq!(causes.len(), 1, "a server that hangs is not tried again: {causes:?}");
     assert!(causes[0].as_str().expect("cause").contains("did not answer initialize within"), "{causes:?}");
@@ -253,7 +254,7 @@ fn a_tool_list_change_is_seen_by_the_next_body() {
     assert_eq!(gm.js("return gm.verbs().some(v => v.name === 't_extra')"), false);
     gm.js("await gm.t_add_tool({});");
     let until = Instant::now() + Duration::from_secs(5);
-    while !events(&gm, "mcp-server", "t").iter().any(|e| e["state"] == "tools-changed") {
+    while !events(&mut gm, "mcp-server", "t").iter().any(|e| e["state"] == "tools-changed") {
         assert!(Instant::now() < until, "no tools-changed event");
     }
     assert_eq!(gm.js("return (await gm.t_extra({ k: 1 })).structuredContent.echo.k"), 1);
@@ -279,20 +280,20 @@ fn variables_come_from_the_environment_and_a_missing_one_stops_only_its_server()
     assert_eq!(r["greeting"], "hi there");
     assert_eq!(r["project"], gm.workspace.to_str().expect("utf8"));
     assert_eq!(r["depth"], "1");
-    let needs = events(&gm, "mcp-server", "needs");
+    let needs = events(&mut gm, "mcp-server", "needs");
     assert!(
         needs.iter().any(
             |e| e["state"] == "failed" && e["why"].as_str().is_some_and(|w| w.contains("GM_TEST_MISSING_VARIABLE"))
         ),
         "{needs:?}"
     );
-    let remote = events(&gm, "mcp-server", "remote");
+    let remote = events(&mut gm, "mcp-server", "remote");
     assert!(
         remote.iter().any(|e| e["state"] == "refused"
             && e["why"].as_str().is_some_and(|w| w.contains("only stdio servers are supported"))),
         "{remote:?}"
     );
-    assert!(events(&gm, "mcp-server", "off").iter().any(|e| e["state"] == "disabled"));
+    assert!(events(&mut gm, "mcp-server", "off").iter().any(|e| e["state"] == "disabled"));
 }
 
 #[test]
@@ -324,7 +325,7 @@ fn ignore_lines_are_added_once_to_a_crlf_gitignore_and_skipped_outside_git() {
     assert!(!plain.path().join(".gitignore").exists());
     assert!(gm.events_of("gitignore").iter().any(|e| e["for"] == "t" && e["state"] == "skipped"));
     assert!(
-        events(&gm, "mcp-server", "bad").iter().any(|e| e["state"] == "failed"),
+        events(&mut gm, "mcp-server", "bad").iter().any(|e| e["state"] == "failed"),
         "a bad ignore line fails that server"
     );
 }
@@ -426,8 +427,10 @@ fn the_shipped_browser_server_that_cannot_start_is_one_event_and_nothing_else() 
     assert_eq!(gm.call_ok("next_context", json!({}))["step"], 1, "initialize and steps are not delayed");
     gm.read_skill();
     assert_eq!(gm.js("return 1 + 1"), 2);
-    let states: Vec<String> =
-        events(&gm, "mcp-server", "playwriter").iter().map(|e| e["state"].as_str().unwrap_or("").to_owned()).collect();
+    let states: Vec<String> = events(&mut gm, "mcp-server", "playwriter")
+        .iter()
+        .map(|e| e["state"].as_str().unwrap_or("").to_owned())
+        .collect();
     assert!(states.iter().any(|s| s == "failed" || s == "ready"), "{states:?}");
 }
 

@@ -370,6 +370,12 @@ impl Event {
 #[rtype(result = "()")]
 pub struct SetRun(pub String);
 
+/// Write everything appended so far to the file (without syncing it): a reader of the file sees
+/// every event sent before this message. Answers with the last seq.
+#[derive(Debug, Message)]
+#[rtype(result = "Result<u64, String>")]
+pub struct WriteOut;
+
 /// Write and sync everything appended so far.
 #[derive(Debug, Message)]
 #[rtype(result = "Result<u64, String>")]
@@ -422,6 +428,14 @@ impl Handler<SetRun> for LogWriter {
     type Result = ();
     fn handle(&mut self, msg: SetRun, _: &mut Context<Self>) {
         self.run = msg.0;
+    }
+}
+
+impl Handler<WriteOut> for LogWriter {
+    type Result = Result<u64, String>;
+    fn handle(&mut self, _: WriteOut, _: &mut Context<Self>) -> Self::Result {
+        self.write_out().map_err(|e| e.to_string())?;
+        Ok(self.seq)
     }
 }
 

@@ -31,7 +31,18 @@ use super::tokenizer::{has_words, terms_query, CodeTokenizer};
 use super::tracked::tracked_files;
 
 /// A search finding the last scan older than this starts another (in the background).
+/// `GM_RESCAN_MS` sets another interval (tests use a short one).
 pub const RESCAN_MIN: Duration = Duration::from_secs(2);
+
+fn rescan_min() -> Duration {
+    static MIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *MIN.get_or_init(|| {
+        std::env::var("GM_RESCAN_MS")
+            .ok()
+            .and_then(|ms| ms.trim().parse().ok())
+            .map_or(RESCAN_MIN, Duration::from_millis)
+    })
+}
 /// Files larger than this are not indexed (generated or data files); they are counted.
 pub(super) const MAX_FILE_BYTES: u64 = 8 << 20;
 /// Bump when the schema or tokenizer changes: an older index is rebuilt.
@@ -249,7 +260,7 @@ impl LineIndex {
     /// scan's own duration since it ran, so a big tree's scan (0.3 s of stat calls for the
     /// kernel's 78k files) takes at most a few percent of a core while searches go on.
     pub fn needs_scan(&self) -> bool {
-        self.last_scan.is_none_or(|(at, took)| at.elapsed() >= RESCAN_MIN.max(took * 30))
+        self.last_scan.is_none_or(|(at, took)| at.elapsed() >= rescan_min().max(took * 30))
     }
 
     pub fn is_scanned(&self) -> bool {

@@ -57,10 +57,12 @@ enum Running {
     Uncancellable { tool: String },
 }
 
-/// A JSON-RPC batch's replies, sent together when the last one is ready.
+/// A JSON-RPC batch's replies, sent together, in the order of the requests, when the last one
+/// is ready.
 struct Batch {
     waiting: usize,
-    replies: Vec<String>,
+    /// One per message of the batch; `None` for a notification (or a reply not ready yet).
+    replies: Vec<Option<String>>,
 }
 
 pub struct Server {
@@ -140,17 +142,19 @@ impl Server {
         let number = self.session.next_batch;
         let mut batch = Batch { waiting: 0, replies: Vec::new() };
         let mut later = Vec::new();
-        for item in items {
+        for (slot, item) in items.into_iter().enumerate() {
             match self.dispatch(item) {
-                Reply::Now(Some(r)) => batch.replies.push(r.to_string()),
-                Reply::Now(None) => {}
-                Reply::Later(l) => later.push(l),
+                Reply::Now(r) => batch.replies.push(r.map(|r| r.to_string())),
+                Reply::Later(l) => {
+                    batch.replies.push(None);
+                    later.push((slot, l));
+                }
             }
         }
         batch.waiting = later.len();
         self.session.batches.insert(number, batch);
-        for l in later {
-            self.answer_later(l, Some(number), ctx);
+        for (slot, l) in later {
+            self.answer_later(l, Some((number, slot)), ctx);
         }
         self.flush_batch(number);
     }
@@ -159,8 +163,9 @@ impl Server {
     fn flush_batch(&mut self, number: u64) {
         if self.session.batches.get(&number).is_some_and(|b| b.waiting == 0) {
             if let Some(b) = self.session.batches.remove(&number) {
-                if !b.replies.is_empty() {
-                    self.app.out.do_send(SendLine(format!("[{}]", b.replies.join(","))));
+                let replies: Vec<String> = b.replies.into_iter().flatten().collect();
+                if !replies.is_empty() {
+                    self.app.out.do_send(SendLine(format!("[{}]", replies.join(","))));
                 }
             }
         }
@@ -168,17 +173,17 @@ impl Server {
 
     /// Runs a later reply; when it is done, its call leaves the running table (in the actor)
     /// and its reply goes out, alone or with its batch.
-    fn answer_later(&mut self, later: Later, batch: Option<u64>, ctx: &mut Context<Self>) {
+    fn answer_later(&mut self, later: Later, batch: Option<(u64, usize)>, ctx: &mut Context<Self>) {
         let Later { future, call } = later;
         ctx.spawn(future.into_actor(self).map(move |reply, act, ctx| {
             if let Some(key) = call {
                 act.session.running.remove(&key);
             }
             match batch {
-                Some(number) => {
+                Some((number, slot)) => {
                     if let Some(b) = act.session.batches.get_mut(&number) {
                         b.waiting -= 1;
-                        b.replies.extend(reply);
+                        b.replies[slot] = reply;
                     }
                     act.flush_batch(number);
                 }

@@ -1,6 +1,7 @@
 //! The methods other than tools/call: the handshake, the lists, resources, prompts and skills.
 //! Each result is a typed shape of `protocol::mcp`, built here from gm's own types.
 
+use gm_actors::log_writer::WriteOut;
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -25,6 +26,18 @@ impl Server {
     /// The requests that answer later: on the code surface, tools/list waits until every child
     /// server has started or failed, since run_code's description names their tools.
     pub(super) fn later_request(&self, id: &Value, method: &str, params: &Value) -> Option<Later> {
+        if method == "ping" {
+            // A ping answers once the log file holds every event sent before it, so a client
+            // (a test, a host about to read the log) can wait for the log to catch up.
+            let (log, id) = (self.app.ctx.log.clone(), id.clone());
+            let future = async move {
+                if let Some(log) = log {
+                    let _ = log.send(WriteOut).await;
+                }
+                Some(jsonrpc::result(&id, json!({})).to_string())
+            };
+            return Some(Later { future: Box::pin(future), call: None });
+        }
         if method != "tools/list" || self.app.surface != Surface::Code {
             return None;
         }

@@ -259,13 +259,16 @@ impl Gm {
         self.workspace.join(".gm/log.jsonl")
     }
 
-    /// The log's events, after letting the group commit land.
-    pub fn log_events(&self) -> Vec<Value> {
-        std::thread::sleep(Duration::from_millis(50));
+    /// The log's events. A ping first, while gm runs: it answers once the log file holds every
+    /// event sent before it.
+    pub fn log_events(&mut self) -> Vec<Value> {
+        if self.stdin.is_some() && self.child.try_wait().ok().flatten().is_none() {
+            self.ok("ping", json!({}));
+        }
         read_log(&self.log_path())
     }
 
-    pub fn events_of(&self, kind: &str) -> Vec<Value> {
+    pub fn events_of(&mut self, kind: &str) -> Vec<Value> {
         self.log_events().into_iter().filter(|e| e["kind"] == kind).collect()
     }
 }

@@ -131,9 +131,15 @@ impl Connection {
             pgid,
         });
         let tail = conn.stderr.clone();
+        // The stderr reader says when it is done, so that an error naming the stderr's end
+        // waits for that end (a child's stdout and stderr close at about the same time).
+        let (stderr_done, stderr_ended) = std::sync::mpsc::channel::<()>();
         std::thread::Builder::new()
             .name(format!("gm-mcp-{server}-err"))
-            .spawn(move || read_stderr(stderr, &tail))
+            .spawn(move || {
+                read_stderr(stderr, &tail);
+                let _ = stderr_done.send(());
+            })
             .map_err(|e| spawn_err(e.to_string()))?;
         let reader = Arc::downgrade(&conn);
         let (pending, stderr_tail, child, name) =
@@ -142,7 +148,9 @@ impl Connection {
             .name(format!("gm-mcp-{server}"))
             .spawn(move || {
                 read_stdout(stdout, &pending, &reader, &on_message);
-                let why = ConnError::Gone { server: name, how: exit_of(&child), stderr: tail_text(&stderr_tail) };
+                let how = exit_of(&child);
+                let _ = stderr_ended.recv_timeout(Duration::from_millis(300));
+                let why = ConnError::Gone { server: name, how, stderr: tail_text(&stderr_tail) };
                 let waiting = {
                     let mut p = lock(&pending);
                     p.closed = Some(why.clone());
@@ -184,11 +192,8 @@ impl Connection {
         if written {
             return Ok(());
         }
-        Err(lock(&self.pending).closed.clone().unwrap_or_else(|| ConnError::Gone {
-            server: self.server.clone(),
-            how: "its stdin is closed".into(),
-            stderr: self.stderr_tail(),
-        }))
+        // The child closed its stdin: it is ending. Its reader says how it ended.
+        Err(self.closed_reason(Duration::from_millis(500)))
     }
 
     pub fn notify(&self, method: &str, params: Value) -> Result<(), ConnError> {
@@ -244,6 +249,24 @@ impl Connection {
             }),
             None => Ok(reply.get("result").cloned().unwrap_or(Value::Null)),
         })
+    }
+
+    /// Why the connection closed, waiting up to `wait` for the reader thread to say.
+    fn closed_reason(&self, wait: Duration) -> ConnError {
+        let until = Instant::now() + wait;
+        loop {
+            if let Some(why) = lock(&self.pending).closed.clone() {
+                return why;
+            }
+            if Instant::now() >= until {
+                return ConnError::Gone {
+                    server: self.server.clone(),
+                    how: "its stdin is closed".into(),
+                    stderr: self.stderr_tail(),
+                };
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     fn gone(&self, how: &str) -> ConnError {
