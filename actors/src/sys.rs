@@ -58,6 +58,24 @@ pub fn read_stdin(buf: &mut [u8]) -> std::io::Result<usize> {
     }
 }
 
+/// Waits up to `timeout` for `fd` to have something to read (or to be closed); false when the
+/// time ran out.
+pub fn wait_readable(fd: std::os::fd::RawFd, timeout: std::time::Duration) -> std::io::Result<bool> {
+    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+    loop {
+        // SAFETY: poll(2) on one pollfd we own.
+        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if n >= 0 {
+            return Ok(n > 0);
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
 /// SIGKILL to a whole process group.
 pub fn kill_group(pgid: i32) {
     signal_group(pgid, libc::SIGKILL);

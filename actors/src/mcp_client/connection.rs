@@ -9,9 +9,9 @@
 //! wait on a oneshot; the reader thread answers them, so a call costs one cross-thread wake-up
 //! on its way back and none on its way out.
 
-use std::collections::{HashMap, VecDeque};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::collections::HashMap;
+use std::io::Write;
+use std::process::{Child, ChildStdin};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -19,23 +19,10 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
+pub use super::stdio::Launch;
+use super::stdio::{Line, LineReader, Process, Stderr, StderrTail};
 use crate::cancel::CancelToken;
 use crate::sys;
-
-/// Lines of a child's stderr kept for error messages.
-const STDERR_LINES: usize = 40;
-/// The longest stdout line read from a child; longer ones are dropped as noise.
-const MAX_LINE: usize = 64 << 20;
-
-/// How to start a child server's process.
-#[derive(Debug, Clone)]
-pub struct Launch {
-    pub command: String,
-    pub args: Vec<String>,
-    /// Added to (or replacing in) gm's own environment.
-    pub env: Vec<(String, String)>,
-    pub cwd: std::path::PathBuf,
-}
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ConnError {
@@ -81,7 +68,7 @@ pub struct Connection {
     stdin: Mutex<Option<ChildStdin>>,
     pending: Arc<Mutex<Pending>>,
     next_id: AtomicU64,
-    stderr: Arc<Mutex<VecDeque<String>>>,
+    stderr: Arc<StderrTail>,
     child: Arc<Mutex<Child>>,
     pgid: i32,
 }
@@ -106,41 +93,17 @@ impl Connection {
         on_close: OnClose,
     ) -> Result<Arc<Self>, ConnError> {
         let spawn_err = |why: String| ConnError::Spawn { command: launch.command.clone(), why };
-        let mut cmd = Command::new(&launch.command);
-        cmd.args(&launch.args)
-            .envs(launch.env.iter().map(|(k, v)| (k, v)))
-            .current_dir(&launch.cwd)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-        let mut child = cmd.spawn().map_err(|e| spawn_err(e.to_string()))?;
-        let pgid = child.id() as i32;
-        let (Some(stdin), Some(stdout), Some(stderr)) = (child.stdin.take(), child.stdout.take(), child.stderr.take())
-        else {
-            sys::kill_group(pgid);
-            return Err(spawn_err("its pipes could not be opened".into()));
-        };
+        let Process { child, stdin, stdout, stderr, pgid } =
+            Process::spawn(launch, Stderr::Tail).map_err(|e| spawn_err(e.to_string()))?;
         let conn = Arc::new(Self {
             server: server.to_owned(),
-            stdin: Mutex::new(Some(stdin)),
+            stdin: Mutex::new(stdin),
             pending: Arc::default(),
             next_id: AtomicU64::new(1),
-            stderr: Arc::default(),
+            stderr,
             child: Arc::new(Mutex::new(child)),
             pgid,
         });
-        let tail = conn.stderr.clone();
-        // The stderr reader says when it is done, so that an error naming the stderr's end
-        // waits for that end (a child's stdout and stderr close at about the same time).
-        let (stderr_done, stderr_ended) = std::sync::mpsc::channel::<()>();
-        std::thread::Builder::new()
-            .name(format!("gm-mcp-{server}-err"))
-            .spawn(move || {
-                read_stderr(stderr, &tail);
-                let _ = stderr_done.send(());
-            })
-            .map_err(|e| spawn_err(e.to_string()))?;
         let reader = Arc::downgrade(&conn);
         let (pending, stderr_tail, child, name) =
             (conn.pending.clone(), conn.stderr.clone(), conn.child.clone(), server.to_owned());
@@ -149,8 +112,8 @@ impl Connection {
             .spawn(move || {
                 read_stdout(stdout, &pending, &reader, &on_message);
                 let how = exit_of(&child);
-                let _ = stderr_ended.recv_timeout(Duration::from_millis(300));
-                let why = ConnError::Gone { server: name, how, stderr: tail_text(&stderr_tail) };
+                stderr_tail.wait_closed(Duration::from_millis(300));
+                let why = ConnError::Gone { server: name, how, stderr: stderr_tail.text() };
                 let waiting = {
                     let mut p = lock(&pending);
                     p.closed = Some(why.clone());
@@ -176,7 +139,7 @@ impl Connection {
 
     /// The last lines the child wrote to stderr.
     pub fn stderr_tail(&self) -> String {
-        tail_text(&self.stderr)
+        self.stderr.text()
     }
 
     /// Writes one JSON-RPC message as a line.
@@ -306,27 +269,17 @@ impl Connection {
 
 /// Reads the child's stdout: replies go to their waiters, everything else to `on_message`.
 fn read_stdout(
-    stdout: impl Read,
+    mut stdout: LineReader,
     pending: &Mutex<Pending>,
     conn: &std::sync::Weak<Connection>,
     on_message: &OnMessage,
 ) {
-    let mut reader = BufReader::with_capacity(64 * 1024, stdout);
-    let mut line = Vec::new();
     loop {
-        line.clear();
-        match (&mut reader).take(MAX_LINE as u64 + 1).read_until(b'\n', &mut line) {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {}
-        }
-        if line.len() > MAX_LINE {
-            // Skip the rest of an over-long line.
-            let mut rest = Vec::new();
-            if reader.read_until(b'\n', &mut rest).is_err() {
-                return;
-            }
-            continue;
-        }
+        let line = match stdout.next_line(None) {
+            Ok(Line::Line(line)) => line,
+            Ok(Line::Closed) | Err(_) => return,
+            Ok(Line::TimedOut) => continue,
+        };
         let Ok(message) = serde_json::from_slice::<Value>(&line) else { continue };
         let is_reply =
             message.get("method").is_none() && (message.get("result").is_some() || message.get("error").is_some());
@@ -352,22 +305,6 @@ fn read_stdout(
         }
         on_message(message);
     }
-}
-
-fn read_stderr(stderr: impl Read, tail: &Mutex<VecDeque<String>>) {
-    let reader = BufReader::new(stderr);
-    for line in reader.split(b'\n') {
-        let Ok(line) = line else { return };
-        let mut t = lock(tail);
-        if t.len() == STDERR_LINES {
-            t.pop_front();
-        }
-        t.push_back(String::from_utf8_lossy(&line).chars().take(2000).collect());
-    }
-}
-
-fn tail_text(tail: &Mutex<VecDeque<String>>) -> String {
-    lock(tail).iter().map(|l| format!("{l}\n")).collect()
 }
 
 /// How the child ended, waiting a moment for its exit status (its stdout can close first).

@@ -7,6 +7,7 @@
 //! from whichever thread makes them.
 
 pub mod connection;
+pub mod stdio;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
