@@ -2,32 +2,39 @@
 //!
 //! Each process runs in its own process group, so a kill ends the whole group: no orphans.
 //! A foreground shell's output is read while it runs (a process printing megabytes never
-//! blocks on a full pipe) into [`Capture`]s. A background job writes its output to
-//! `<dir>/<name>.log` and its shell writes the exit code to `<dir>/<name>.exit`, so a job
-//! outlives gm: a restarted gm adopts the jobs still running (with their remaining timeout)
-//! and settles the ones that ended while no gm ran.
+//! blocks on a full pipe) into [`Capture`](crate::capture::Capture)s. A background job writes
+//! its output to `<dir>/<name>.log` and its shell writes the exit code to `<dir>/<name>.exit`,
+//! so a job outlives gm: a restarted gm adopts the jobs still running (with their remaining
+//! timeout) and settles the ones that ended while no gm ran.
+//!
+//! - this module: the actor, its messages, adoption of earlier jobs, starting jobs, deadlines.
+//! - `shell`: the foreground shell: spawning it and reading its output until it ends.
+//! - `meta`: the files kept beside a job (log, exit code, metadata) and reading them back.
+//! - `process`: process groups and processes, on top of [`crate::sys`].
+
+mod meta;
+mod process;
+mod shell;
 
 use std::collections::{HashMap, HashSet};
-use std::io::{Read, Seek, SeekFrom};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use serde::{Deserialize, Serialize};
-use tokio::io::AsyncReadExt;
 
 use crate::cancel::CancelToken;
-use crate::capture::{Capture, Captured, Redactor};
 use crate::sys;
+use meta::{file_mtime_ms, read_tail, valid_name, JobMeta};
+use process::{now_ms, process_matches, shell, terminate_group};
+use shell::{spawn_shell, wait_shell};
 
-/// Time a group gets between SIGTERM and SIGKILL.
-pub const KILL_GRACE: Duration = Duration::from_millis(500);
+pub use process::KILL_GRACE;
+pub use shell::{ShellOutcome, ShellSpec};
+
 /// How often a job's files are looked at while someone waits on it.
 const POLL: Duration = Duration::from_millis(25);
-/// After a foreground shell exits, how long its output pipes may stay open (held by a
-/// process it left behind) before that process's group is killed.
-const DRAIN: Duration = Duration::from_millis(200);
 
 #[derive(Debug, thiserror::Error)]
 pub enum JobError {
@@ -43,33 +50,6 @@ pub enum JobError {
     BadName(String),
     #[error("job files in {path}: {source}")]
     Files { path: PathBuf, source: std::io::Error },
-}
-
-/// How to run one shell command.
-#[derive(Debug, Clone)]
-pub struct ShellSpec {
-    pub command: String,
-    pub cwd: PathBuf,
-    pub env: Vec<(String, String)>,
-    pub timeout: Duration,
-    /// Bytes of each stream kept inline.
-    pub inline_cap: usize,
-    /// Where stdout and stderr spill: `<spill_stem>.stdout.txt` and `.stderr.txt`.
-    pub spill_stem: PathBuf,
-    pub redactor: Redactor,
-}
-
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ShellOutcome {
-    pub exit_code: Option<i32>,
-    pub signal: Option<i32>,
-    pub stdout: Captured,
-    pub stderr: Captured,
-    pub duration_ms: u64,
-    pub timed_out: bool,
-    #[serde(skip)]
-    pub cancelled: bool,
 }
 
 /// Run a foreground shell to its end, its timeout or its cancel.
@@ -183,35 +163,6 @@ pub struct JobInfo {
     pub error: Option<serde_json::Value>,
 }
 
-/// What is kept on disk beside a job's log, so another gm can adopt it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct JobMeta {
-    name: String,
-    #[serde(default)]
-    kind: JobKind,
-    command: String,
-    cwd: PathBuf,
-    pid: u32,
-    /// The process's start time in clock ticks since boot (from /proc), so a reused pid is
-    /// not mistaken for the job.
-    proc_start: Option<u64>,
-    started_ms: u64,
-    timeout_ms: Option<u64>,
-    /// Set when gm itself stopped the job or its timeout did.
-    #[serde(default)]
-    ended_by: Option<JobState>,
-    #[serde(default)]
-    ended_ms: Option<u64>,
-    /// Whether a gm has logged how this job ended.
-    #[serde(default)]
-    end_reported: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    result: Option<serde_json::Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    error: Option<serde_json::Value>,
-}
-
 pub struct Jobs {
     dir: PathBuf,
     foreground: HashSet<i32>,
@@ -236,20 +187,11 @@ impl Jobs {
     }
 
     fn paths(&self, name: &str) -> (PathBuf, PathBuf, PathBuf) {
-        (
-            self.dir.join(format!("{name}.log")),
-            self.dir.join(format!("{name}.exit")),
-            self.dir.join(format!("{name}.json")),
-        )
+        meta::paths(&self.dir, name)
     }
 
     fn save(&self, meta: &JobMeta) -> Result<(), JobError> {
-        let (_, _, json) = self.paths(&meta.name);
-        let text = serde_json::to_vec_pretty(meta).unwrap_or_default();
-        let tmp = json.with_extension("json.tmp");
-        std::fs::write(&tmp, text)
-            .and_then(|()| std::fs::rename(&tmp, &json))
-            .map_err(|source| JobError::Files { path: json, source })
+        meta.save(&self.dir)
     }
 
     fn info(&self, meta: &JobMeta, tail_bytes: usize) -> JobInfo {
@@ -668,197 +610,5 @@ impl Handler<TakeStartupEvents> for Jobs {
     type Result = Vec<JobEvent>;
     fn handle(&mut self, _: TakeStartupEvents, _: &mut Context<Self>) -> Vec<JobEvent> {
         std::mem::take(&mut self.startup)
-    }
-}
-
-/// `bash` where there is one, else POSIX `sh`.
-fn shell() -> &'static str {
-    static SHELL: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
-    SHELL.get_or_init(|| {
-        let found = std::env::var_os("PATH")
-            .map(|p| std::env::split_paths(&p).any(|d| d.join("bash").is_file()))
-            .unwrap_or(false);
-        if found {
-            "bash"
-        } else {
-            "sh"
-        }
-    })
-}
-
-fn spawn_shell(spec: &ShellSpec) -> Result<tokio::process::Child, JobError> {
-    if !spec.cwd.is_dir() {
-        return Err(JobError::NoCwd(spec.cwd.clone()));
-    }
-    let mut cmd = tokio::process::Command::new(shell());
-    cmd.arg("-c")
-        .arg(&spec.command)
-        .current_dir(&spec.cwd)
-        .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(false);
-    cmd.spawn().map_err(JobError::Spawn)
-}
-
-async fn wait_shell(mut child: tokio::process::Child, spec: ShellSpec, cancel: CancelToken) -> ShellOutcome {
-    let started = Instant::now();
-    let pgid = child.id().map_or(0, |p| p as i32);
-    let mut out = Capture::new(spec.inline_cap, spec.spill_stem.with_extension("stdout.txt"));
-    let mut err = Capture::new(spec.inline_cap, spec.spill_stem.with_extension("stderr.txt"));
-    let mut stdout = child.stdout.take();
-    let mut stderr = child.stderr.take();
-    let mut obuf = vec![0u8; 64 * 1024];
-    let mut ebuf = vec![0u8; 64 * 1024];
-    let deadline = tokio::time::Instant::now() + spec.timeout;
-    let mut timed_out = false;
-    let mut cancelled = false;
-    let mut status = None;
-    let mut drain_until: Option<tokio::time::Instant> = None;
-    loop {
-        if stdout.is_none() && stderr.is_none() && status.is_some() {
-            break;
-        }
-        let drain = async {
-            match drain_until {
-                Some(t) => tokio::time::sleep_until(t).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            n = read_some(&mut stdout, &mut obuf) => match n {
-                Some(n) => out.push(&obuf[..n]),
-                None => stdout = None,
-            },
-            n = read_some(&mut stderr, &mut ebuf) => match n {
-                Some(n) => err.push(&ebuf[..n]),
-                None => stderr = None,
-            },
-            s = child.wait(), if status.is_none() => {
-                status = Some(s);
-                drain_until = Some(tokio::time::Instant::now() + DRAIN);
-            }
-            () = tokio::time::sleep_until(deadline), if !timed_out && !cancelled && status.is_none() => {
-                timed_out = true;
-                terminate_group(pgid, || true).await;
-            }
-            () = cancel.cancelled(), if !cancelled && !timed_out && status.is_none() => {
-                cancelled = true;
-                sys::kill_group(pgid);
-            }
-            () = drain => {
-                // The shell is gone but something it started still holds the pipes: end it.
-                sys::kill_group(pgid);
-                stdout = None;
-                stderr = None;
-            }
-        }
-    }
-    // Nothing of the group may outlive a foreground shell.
-    sys::kill_group(pgid);
-    let (exit_code, signal) = match status {
-        Some(Ok(s)) => (s.code(), std::os::unix::process::ExitStatusExt::signal(&s)),
-        _ => (None, None),
-    };
-    ShellOutcome {
-        exit_code,
-        signal,
-        stdout: out.finish(&spec.redactor),
-        stderr: err.finish(&spec.redactor),
-        duration_ms: started.elapsed().as_millis() as u64,
-        timed_out,
-        cancelled,
-    }
-}
-
-/// Reads some bytes from a pipe; `None` at its end (or when there is no pipe: then never).
-async fn read_some<R: tokio::io::AsyncRead + Unpin>(pipe: &mut Option<R>, buf: &mut [u8]) -> Option<usize> {
-    match pipe {
-        Some(p) => match p.read(buf).await {
-            Ok(0) | Err(_) => None,
-            Ok(n) => Some(n),
-        },
-        None => std::future::pending().await,
-    }
-}
-
-/// SIGTERM to the group, then SIGKILL after [`KILL_GRACE`] if `alive()` still says so.
-async fn terminate_group(pgid: i32, alive: impl Fn() -> bool) {
-    if pgid <= 0 {
-        return;
-    }
-    sys::term_group(pgid);
-    let deadline = Instant::now() + KILL_GRACE;
-    while Instant::now() < deadline && alive() && sys::group_exists(pgid) {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    sys::kill_group(pgid);
-}
-
-/// Whether `pid` is alive and is the process that was started (same start time).
-fn process_matches(pid: u32, start: Option<u64>) -> bool {
-    if !sys::process_exists(pid) {
-        return false;
-    }
-    match (start, sys::process_start_ticks(pid)) {
-        (Some(a), Some(b)) => a == b,
-        _ => true,
-    }
-}
-
-fn valid_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 64
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
-        && !name.starts_with('.')
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
-
-fn file_mtime_ms(path: &Path) -> Option<u64> {
-    let t = std::fs::metadata(path).ok()?.modified().ok()?;
-    t.duration_since(UNIX_EPOCH).ok().map(|d| d.as_millis() as u64)
-}
-
-/// The last `n` bytes of a file (lossy UTF-8) and the file's size.
-fn read_tail(path: &Path, n: usize) -> (String, u64) {
-    let Ok(mut f) = std::fs::File::open(path) else { return (String::new(), 0) };
-    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-    if n == 0 {
-        return (String::new(), len);
-    }
-    let start = len.saturating_sub(n as u64);
-    let mut buf = Vec::with_capacity((len - start) as usize);
-    if f.seek(SeekFrom::Start(start)).is_ok() {
-        let _ = f.take(n as u64).read_to_end(&mut buf);
-    }
-    (String::from_utf8_lossy(&buf).into_owned(), len)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn job_names_are_checked() {
-        for ok in ["build", "test-1", "a.b_c"] {
-            assert!(valid_name(ok), "{ok}");
-        }
-        for bad in ["", ".hidden", "a/b", "x y", &"n".repeat(65)] {
-            assert!(!valid_name(bad), "{bad}");
-        }
-    }
-
-    #[test]
-    fn this_process_matches_its_own_start_time() {
-        let me = std::process::id();
-        let start = sys::process_start_ticks(me);
-        assert!(start.is_some());
-        assert!(process_matches(me, start));
-        assert!(!process_matches(me, start.map(|s| s + 1)));
     }
 }
