@@ -343,3 +343,26 @@ fn a_long_output_always_keeps_its_head_however_the_reads_fall() {
         assert_eq!(run["shown"], 32 * 1024, "{run}");
     }
 }
+
+#[test]
+fn a_background_job_runs_where_there_is_no_bash() {
+    // A PATH with sh and mv but no bash: jobs run in sh, as foreground shells do.
+    let bin = tempfile::tempdir().expect("tempdir");
+    for tool in ["sh", "mv"] {
+        let found = ["/bin", "/usr/bin"].iter().map(|d| std::path::Path::new(d).join(tool)).find(|p| p.exists());
+        std::os::unix::fs::symlink(found.expect("the tool"), bin.path().join(tool)).expect("link");
+    }
+    let path = bin.path().to_str().expect("utf8");
+    let mut gm = Gm::start_in_temp(&["--surface", "tools"], &[("PATH", path)]);
+    gm.initialize("2025-11-25");
+    gm.call_ok("job_start", json!({ "name": "plain", "command": "echo from sh" }));
+    let mut info = Value::Null;
+    for _ in 0..20 {
+        info = gm.call_ok("job_status", json!({ "name": "plain", "wait": 1000 }));
+        if info["state"] != "running" {
+            break;
+        }
+    }
+    assert_eq!(info["state"], "exited", "{info}");
+    assert_eq!((info["exitCode"].as_i64(), info["tail"].as_str()), (Some(0), Some("from sh\n")));
+}

@@ -4,6 +4,7 @@
 //! - [`transport`]: the stdin reader thread and the stdout writer (protocol lines only).
 //! - [`scheduler`]: the `--max-inflight` slots and the rule that a shell runs alone (a lock
 //!   shared by handles, not an actor: verbs are admitted from several threads, see its docs).
+//! - [`clock`]: the time in milliseconds and as RFC 3339 text.
 //! - [`fs`]: replacing a file whole (temporary file and rename), for every state file gm keeps.
 //! - [`file_locks`]: reader/writer locks keyed by file identity (device + inode), so a symlink
 //!   or a hard link to a file shares that file's lock.
@@ -25,6 +26,7 @@
 
 pub mod cancel;
 pub mod capture;
+pub mod clock;
 pub mod file_locks;
 pub mod fs;
 pub mod jobs;

@@ -106,7 +106,7 @@ pub fn process_exists(pid: u32) -> bool {
     exists && !is_zombie(pid)
 }
 
-/// Field 22 of /proc/<pid>/stat: the start time in clock ticks since boot, so that a reused
+/// Field 22 of `/proc/<pid>/stat`: the start time in clock ticks since boot, so that a reused
 /// pid is not mistaken for the process that had it.
 pub fn process_start_ticks(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

@@ -58,7 +58,7 @@ pub async fn run_code(
     let run = Run { id: body, body: code, budget: BACKGROUND_LIFETIME, host, cancel: cancel.clone() };
     let engines = app.js.clone();
     let mut pending = Box::pin(async move { engines.run(run).await });
-    let started_ms = now_ms();
+    let started_ms = gm_actors::clock::now_ms();
     tokio::select! {
         outcome = &mut pending => {
             let (value, extra) = shape(outcome, &lines)?;
@@ -147,10 +147,6 @@ fn shape(outcome: Result<Outcome, actix::MailboxError>, lines: &[String]) -> Res
             Err(err)
         }
     }
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 fn js_error_code(e: &JsError) -> &'static str {

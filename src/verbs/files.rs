@@ -379,7 +379,7 @@ fn kind_of(t: &std::fs::FileType) -> &'static str {
 }
 
 fn rfc3339(t: std::time::SystemTime) -> String {
-    gm_actors::log_writer::rfc3339(t)
+    gm_actors::clock::rfc3339(t)
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]

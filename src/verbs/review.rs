@@ -228,7 +228,7 @@ pub async fn review_record(ctx: Ctx, args: RecordArgs) -> Result<Value, VerbErro
         reviewer: args.reviewer.clone(),
         verdict: args.verdict,
         findings: args.findings.clone(),
-        ts: gm_actors::log_writer::now_rfc3339(),
+        ts: gm_actors::clock::now_rfc3339(),
     });
     let text = serde_json::to_vec_pretty(&records).map_err(|e| VerbError::Internal(e.to_string()))?;
     write_atomic(&path, &text)?;

@@ -70,7 +70,7 @@ pub struct Row {
 }
 
 fn now() -> String {
-    gm_actors::log_writer::now_rfc3339()
+    gm_actors::clock::now_rfc3339()
 }
 
 fn rows_dir(ctx: &Ctx) -> PathBuf {

@@ -42,10 +42,7 @@ impl JobMeta {
     pub(super) fn save(&self, dir: &Path) -> Result<(), JobError> {
         let (_, _, json) = paths(dir, &self.name);
         let text = serde_json::to_vec_pretty(self).unwrap_or_default();
-        let tmp = json.with_extension("json.tmp");
-        std::fs::write(&tmp, text)
-            .and_then(|()| std::fs::rename(&tmp, &json))
-            .map_err(|source| JobError::Files { path: json, source })
+        crate::fs::replace(&json, &text).map_err(|source| JobError::Files { path: json, source })
     }
 }
 

@@ -12,6 +12,7 @@
 //! - `meta`: the files kept beside a job (log, exit code, metadata) and reading them back.
 //! - `process`: process groups and processes, on top of [`crate::sys`].
 
+mod bodies;
 mod meta;
 mod process;
 mod shell;
@@ -25,11 +26,13 @@ use actix::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::cancel::CancelToken;
+use crate::clock::now_ms;
 use crate::sys;
 use meta::{file_mtime_ms, read_tail, valid_name, JobMeta};
-use process::{now_ms, process_matches, shell, terminate_group};
+use process::{process_matches, shell, terminate_group};
 use shell::{spawn_shell, wait_shell};
 
+pub use bodies::{FinishBody, StartBody, StopBodies};
 pub use process::KILL_GRACE;
 pub use shell::{ShellOutcome, ShellSpec};
 
@@ -99,7 +102,7 @@ pub struct ListJobs;
 #[rtype(result = "usize")]
 pub struct KillForeground;
 
-/// Jobs adopted or settled when this actor started, for the log.
+/// Jobs adopted, settled or stopped when this actor started, for the log.
 #[derive(Message)]
 #[rtype(result = "Vec<JobEvent>")]
 pub struct TakeStartupEvents;
@@ -108,7 +111,8 @@ pub struct TakeStartupEvents;
 #[serde(rename_all = "camelCase")]
 pub struct JobEvent {
     pub name: String,
-    /// `adopted` (still running, watched again) or `settled` (ended while no gm ran).
+    /// `adopted` (still running, watched again), `settled` (ended while no gm ran) or `stopped`
+    /// (a background body its gm was running when it stopped).
     pub what: &'static str,
     pub info: JobInfo,
 }
@@ -333,10 +337,11 @@ impl Jobs {
         std::fs::create_dir_all(&self.dir).map_err(|source| JobError::Files { path: self.dir.clone(), source })?;
         let (log, exit, _) = self.paths(&name);
         let _ = std::fs::remove_file(&exit);
-        // The wrapper shell leads the group, sends the command's output to the log and writes
-        // its exit code when it ends, whether or not a gm is there to see it.
+        // The wrapper shell leads the group, runs the command in the same shell a foreground
+        // shell uses (bash, else sh), sends its output to the log and writes its exit code when
+        // it ends, whether or not a gm is there to see it.
         let wrapper =
-            r#"bash -c "$1" > "$2" 2>&1 < /dev/null; code=$?; printf '%s\n' "$code" > "$3.tmp" && mv "$3.tmp" "$3""#;
+            r#""$4" -c "$1" > "$2" 2>&1 < /dev/null; code=$?; printf '%s\n' "$code" > "$3.tmp" && mv "$3.tmp" "$3""#;
         let mut cmd = std::process::Command::new(shell());
         cmd.arg("-c")
             .arg(wrapper)
@@ -344,6 +349,7 @@ impl Jobs {
             .arg(&msg.command)
             .arg(&log)
             .arg(&exit)
+            .arg(shell())
             .current_dir(&msg.cwd)
             .envs(msg.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
@@ -457,7 +463,7 @@ impl Handler<JobStatus> for Jobs {
             meta
         };
         Box::pin(work.into_actor(self).map(move |meta, act, _| {
-            // A short pause lets an exit that raced the output be seen in the same reply.
+            // The job's state as it is now: an exit that raced the output is seen in this reply.
             let meta = act.jobs.get(&meta.name).cloned().unwrap_or(meta);
             Ok(act.info(&meta, msg.tail_bytes))
         }))
@@ -491,96 +497,6 @@ impl Handler<StopJob> for Jobs {
             let meta = act.jobs.get(&msg.name).cloned().unwrap_or(meta);
             Ok(act.info(&meta, 2048))
         }))
-    }
-}
-
-/// Register a run_code body that ran past its budget and goes on in the background.
-#[derive(Message)]
-#[rtype(result = "Result<JobInfo, JobError>")]
-pub struct StartBody {
-    /// The body's source, shown as the job's command.
-    pub code: String,
-    /// Stops the body (its QuickJS interrupt handler and the shells it started watch it).
-    pub cancel: CancelToken,
-    pub started_ms: u64,
-}
-
-/// A background body ended: its value or its error, and what it printed.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct FinishBody {
-    pub name: String,
-    pub result: Result<serde_json::Value, serde_json::Value>,
-    pub console: String,
-}
-
-/// Stop every background body still running (finish with stopBackground).
-#[derive(Message)]
-#[rtype(result = "Vec<String>")]
-pub struct StopBodies;
-
-impl Handler<StartBody> for Jobs {
-    type Result = Result<JobInfo, JobError>;
-    fn handle(&mut self, msg: StartBody, _: &mut Context<Self>) -> Self::Result {
-        std::fs::create_dir_all(&self.dir).map_err(|source| JobError::Files { path: self.dir.clone(), source })?;
-        let name = self.fresh_name("body");
-        let meta = JobMeta {
-            name: name.clone(),
-            kind: JobKind::Body,
-            command: msg.code,
-            cwd: PathBuf::new(),
-            pid: std::process::id(),
-            proc_start: None,
-            started_ms: msg.started_ms,
-            timeout_ms: None,
-            ended_by: None,
-            ended_ms: None,
-            end_reported: false,
-            result: None,
-            error: None,
-        };
-        self.save(&meta)?;
-        self.bodies.insert(name.clone(), msg.cancel);
-        self.jobs.insert(name, meta.clone());
-        Ok(self.info(&meta, 0))
-    }
-}
-
-impl Handler<FinishBody> for Jobs {
-    type Result = ();
-    fn handle(&mut self, msg: FinishBody, _: &mut Context<Self>) {
-        self.bodies.remove(&msg.name);
-        let (log, exit, _) = self.paths(&msg.name);
-        let _ = std::fs::write(&log, &msg.console);
-        let Some(meta) = self.jobs.get_mut(&msg.name) else { return };
-        let code = if msg.result.is_ok() { 0 } else { 1 };
-        match msg.result {
-            Ok(v) => meta.result = Some(v),
-            Err(e) => meta.error = Some(e),
-        }
-        if meta.ended_by.is_none() {
-            meta.ended_by = Some(JobState::Exited);
-        }
-        meta.ended_ms = Some(now_ms());
-        meta.end_reported = true;
-        let meta = meta.clone();
-        let _ = self.save(&meta);
-        let _ = std::fs::write(&exit, format!("{code}\n"));
-    }
-}
-
-impl Handler<StopBodies> for Jobs {
-    type Result = Vec<String>;
-    fn handle(&mut self, _: StopBodies, _: &mut Context<Self>) -> Vec<String> {
-        let mut names: Vec<String> = self.bodies.keys().cloned().collect();
-        names.sort();
-        for name in &names {
-            if let Some(token) = self.bodies.remove(name) {
-                token.cancel();
-            }
-            self.mark_ended(name, JobState::Killed);
-        }
-        names
     }
 }
 

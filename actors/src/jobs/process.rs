@@ -1,6 +1,6 @@
 //! Process utilities for jobs, on top of [`crate::sys`].
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use crate::sys;
 
@@ -44,10 +44,6 @@ pub(super) fn process_matches(pid: u32, start: Option<u64>) -> bool {
         (Some(a), Some(b)) => a == b,
         _ => true,
     }
-}
-
-pub(super) fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 #[cfg(test)]
