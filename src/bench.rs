@@ -7,16 +7,16 @@
 //! order; the rest overlap, up to `--concurrency`.
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{channel, Receiver};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use gm_actors::mcp_client::stdio::{percentile, ClientError, Stderr, StdioClient};
 use serde::Serialize;
+use serde_json::{json, Value};
 
 use crate::blobs::Blobs;
-use serde_json::{json, Value};
 
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
@@ -235,78 +235,44 @@ fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The gm under test: a `gm serve` child, spoken to through gm's one stdio client.
 struct Served {
-    child: Child,
-    stdin: ChildStdin,
-    replies: Receiver<Value>,
+    client: StdioClient,
 }
 
 impl Served {
     fn start(workspace: &Path, surface: &str, max_inflight: usize) -> Result<Self, BenchError> {
         let exe = std::env::current_exe().map_err(|e| BenchError::Server(e.to_string()))?;
-        let mut child = Command::new(exe)
-            .args(["serve", "--surface", surface, "--max-inflight", &max_inflight.to_string(), "--workspace"])
-            .arg(workspace)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
+        let mut cmd = Command::new(exe);
+        cmd.args(["serve", "--surface", surface, "--max-inflight", &max_inflight.to_string(), "--workspace"])
+            .arg(workspace);
+        let mut client = StdioClient::spawn(cmd, Stderr::Discard)
             .map_err(|e| BenchError::Server(format!("cannot start gm serve: {e}")))?;
-        let stdin = child.stdin.take().ok_or_else(|| BenchError::Server("no stdin".into()))?;
-        let stdout = child.stdout.take().ok_or_else(|| BenchError::Server("no stdout".into()))?;
-        let (tx, rx) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                let Ok(v) = serde_json::from_str::<Value>(&line) else { continue };
-                if v.get("id").is_some() && tx.send(v).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut c = Self { child, stdin, replies: rx };
-        c.send(&json!({ "jsonrpc": "2.0", "id": "init", "method": "initialize",
-            "params": { "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "gm-bench", "version": env!("CARGO_PKG_VERSION") } } }))?;
-        c.wait_for("init")?;
-        c.send(&json!({ "jsonrpc": "2.0", "id": "skill", "method": "resources/read", "params": { "uri": "skill://gm/SKILL.md" } }))?;
-        c.wait_for("skill")?;
-        Ok(c)
+        let handshake = |e: ClientError| BenchError::Server(format!("the handshake failed: {e}"));
+        client.initialize("2025-11-25", "gm-bench").map_err(handshake)?;
+        client
+            .call("resources/read", json!({ "uri": "skill://gm/SKILL.md" }), Some(Duration::from_secs(60)))
+            .map_err(handshake)?;
+        Ok(Self { client })
     }
 
     fn send(&mut self, v: &Value) -> Result<(), BenchError> {
-        let mut line = serde_json::to_vec(v).map_err(|e| BenchError::Server(e.to_string()))?;
-        line.push(b'\n');
-        self.stdin
-            .write_all(&line)
-            .and_then(|()| self.stdin.flush())
-            .map_err(|e| BenchError::Server(format!("gm serve went away: {e}")))
+        self.client.send(v).map_err(|e| BenchError::Server(format!("gm serve went away: {e}")))
     }
 
-    fn wait_for(&mut self, id: &str) -> Result<Value, BenchError> {
+    /// The next reply (a message with an id), at most `timeout` from now.
+    fn reply(&mut self, timeout: Duration) -> Result<Value, BenchError> {
+        let deadline = Instant::now() + timeout;
         loop {
-            let v = self
-                .replies
-                .recv_timeout(Duration::from_secs(60))
-                .map_err(|_| BenchError::Server("no reply to the handshake".into()))?;
-            if v["id"] == id {
-                return Ok(v);
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.client.recv(Some(left)) {
+                Ok(Some(v)) if v.get("id").is_some() => return Ok(v),
+                Ok(Some(_)) => {}
+                Ok(None) => return Err(BenchError::Server(format!("a call got no reply within {timeout:?}"))),
+                Err(e) => return Err(BenchError::Server(format!("gm serve went away: {e}"))),
             }
         }
     }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
 pub fn run(opts: &BenchOptions) -> Result<BenchReport, BenchError> {
@@ -449,10 +415,7 @@ fn replay(
             inflight.insert(id, (next, Instant::now()));
             next += 1;
         }
-        let reply = server
-            .replies
-            .recv_timeout(Duration::from_secs(600))
-            .map_err(|_| BenchError::Server("a call got no reply within 10 minutes".into()))?;
+        let reply = server.reply(Duration::from_secs(600))?;
         let Some(rid) = reply["id"].as_u64() else { continue };
         if let Some((index, t)) = inflight.remove(&rid) {
             on_reply(&calls[index], t.elapsed().as_secs_f64() * 1000.0, &reply);

@@ -1,14 +1,13 @@
-//! A raw MCP client for tests: spawns the real `gm` binary and speaks newline-delimited
-//! JSON-RPC to it over pipes, byte for byte, so tests can send malformed input too.
+//! The tests' MCP client: spawns the real `gm` binary and speaks newline-delimited JSON-RPC to
+//! it over pipes, byte for byte, so tests can send malformed input too.
 
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
-use std::time::{Duration, Instant};
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::Duration;
 
+use gm_actors::mcp_client::stdio::{ClientError, Stderr, StdioClient};
 use serde_json::{json, Value};
 
 pub const TIMEOUT: Duration = Duration::from_secs(30);
@@ -31,13 +30,10 @@ pub fn gm_command() -> Command {
     cmd
 }
 
+/// A `gm serve` under test, spoken to through gm's one stdio client
+/// (`gm_actors::mcp_client::stdio`), which reads stdout on this thread with a timeout.
 pub struct Gm {
-    child: Child,
-    stdin: Option<Box<dyn Write + Send>>,
-    lines: Receiver<String>,
-    /// Replies read while waiting for another id.
-    pending: Vec<Value>,
-    next_id: i64,
+    client: StdioClient,
     pub workspace: PathBuf,
     _dir: Option<tempfile::TempDir>,
 }
@@ -45,11 +41,7 @@ pub struct Gm {
 impl Gm {
     /// `gm serve <args>` in a fresh temporary workspace.
     pub fn start(args: &[&str]) -> Self {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let workspace = dir.path().canonicalize().expect("canonical");
-        let mut gm = Self::start_in(&workspace, args, &[]);
-        gm._dir = Some(dir);
-        gm
+        Self::start_in_temp(args, &[])
     }
 
     /// `gm serve <args>` with `env` in a fresh temporary workspace.
@@ -62,7 +54,8 @@ impl Gm {
     }
 
     pub fn start_in(workspace: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
-        Self::spawn(workspace, args, env, None)
+        let client = StdioClient::spawn(serve_command(workspace, args, env), Stderr::Inherit).expect("spawn gm");
+        Self { client, workspace: workspace.to_owned(), _dir: None }
     }
 
     /// `gm serve <args>` whose stdin is a pipe the test made; returns the pipe's read end too
@@ -78,105 +71,38 @@ impl Gm {
         let ours = read.try_clone().expect("dup");
         let dir = tempfile::tempdir().expect("tempdir");
         let workspace = dir.path().canonicalize().expect("canonical");
-        let mut gm = Self::spawn(&workspace, args, &[], Some((Stdio::from(read), Box::new(write))));
-        gm._dir = Some(dir);
-        (gm, ours)
-    }
-
-    fn spawn(
-        workspace: &Path,
-        args: &[&str],
-        env: &[(&str, &str)],
-        stdin: Option<(Stdio, Box<dyn Write + Send>)>,
-    ) -> Self {
-        let mut cmd = gm_command();
-        cmd.arg("serve").args(args).current_dir(workspace);
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let (stdin_of_child, writer) = match stdin {
-            Some((child, writer)) => (child, Some(writer)),
-            None => (Stdio::piped(), None),
-        };
-        let mut child =
-            cmd.stdin(stdin_of_child).stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("spawn gm");
-        let writer = writer.or_else(|| child.stdin.take().map(|s| Box::new(s) as Box<dyn Write + Send>));
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Self {
-            stdin: writer,
-            child,
-            lines: rx,
-            pending: Vec::new(),
-            next_id: 1,
-            workspace: workspace.to_owned(),
-            _dir: None,
-        }
+        let cmd = serve_command(&workspace, args, &[]);
+        let client =
+            StdioClient::spawn_with_stdin(cmd, Stderr::Inherit, Stdio::from(read), Box::new(write)).expect("spawn gm");
+        (Self { client, workspace, _dir: Some(dir) }, ours)
     }
 
     pub fn send_raw(&mut self, bytes: &[u8]) {
-        let stdin = self.stdin.as_mut().expect("stdin open");
-        stdin.write_all(bytes).expect("write");
-        stdin.flush().expect("flush");
+        self.client.send_raw(bytes).expect("write");
     }
 
     pub fn send(&mut self, v: &Value) {
-        let mut line = serde_json::to_vec(v).expect("json");
-        line.push(b'\n');
-        self.send_raw(&line);
+        self.client.send(v).expect("write");
     }
 
-    /// The next line from stdout, which must be JSON.
+    /// The next message from stdout, which must be JSON; `None` when nothing comes in time.
     pub fn recv(&mut self, timeout: Duration) -> Option<Value> {
-        if !self.pending.is_empty() {
-            return Some(self.pending.remove(0));
-        }
-        self.recv_line(timeout)
-    }
-
-    fn recv_line(&mut self, timeout: Duration) -> Option<Value> {
-        match self.lines.recv_timeout(timeout) {
-            Ok(line) => Some(
-                serde_json::from_str(&line).unwrap_or_else(|e| panic!("stdout carried a non-JSON line ({e}): {line}")),
-            ),
-            Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => None,
+        match self.client.recv(Some(timeout)) {
+            Ok(Some(Value::String(line))) => panic!("stdout carried a non-JSON line: {line}"),
+            Ok(message) => message,
+            Err(ClientError::Closed) => None,
+            Err(e) => panic!("reading gm's stdout: {e}"),
         }
     }
 
     /// Waits for the reply with this id.
     pub fn recv_id(&mut self, id: &Value) -> Value {
-        if let Some(i) = self.pending.iter().position(|m| m.get("id") == Some(id)) {
-            return self.pending.remove(i);
-        }
-        let deadline = Instant::now() + TIMEOUT;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let msg = self.recv_line(left).unwrap_or_else(|| panic!("no reply to id {id}"));
-            if msg.get("id") == Some(id) && msg.get("method").is_none() {
-                return msg;
-            }
-            self.pending.push(msg);
-        }
-    }
-
-    pub fn fresh_id(&mut self) -> Value {
-        self.next_id += 1;
-        json!(self.next_id)
+        self.client.recv_id(id, Some(TIMEOUT)).unwrap_or_else(|e| panic!("no reply to id {id}: {e}"))
     }
 
     /// Sends a request and returns the whole reply message.
     pub fn request(&mut self, method: &str, params: Value) -> Value {
-        let id = self.fresh_id();
-        self.send(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }));
-        self.recv_id(&id)
+        self.client.request(method, params, Some(TIMEOUT)).unwrap_or_else(|e| panic!("{method}: {e}"))
     }
 
     /// Sends a request and returns its `result`, failing on an error reply.
@@ -229,30 +155,21 @@ impl Gm {
     }
 
     pub fn close_stdin(&mut self) {
-        self.stdin.take();
+        self.client.close_stdin();
     }
 
     pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                return Some(status);
-            }
-            if Instant::now() > deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        self.client.wait_exit(timeout)
     }
 
     /// Sends `signal` to the gm process.
     pub fn signal(&self, signal: i32) {
         // SAFETY: kill(2) on our own child's pid.
-        unsafe { libc::kill(self.child.id() as i32, signal) };
+        unsafe { libc::kill(self.client.pid() as i32, signal) };
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.client.pid()
     }
 
     pub fn log_path(&self) -> PathBuf {
@@ -262,7 +179,7 @@ impl Gm {
     /// The log's events. A ping first, while gm runs: it answers once the log file holds every
     /// event sent before it.
     pub fn log_events(&mut self) -> Vec<Value> {
-        if self.stdin.is_some() && self.child.try_wait().ok().flatten().is_none() {
+        if self.client.stdin_open() && !self.client.exited() {
             self.ok("ping", json!({}));
         }
         read_log(&self.log_path())
@@ -273,11 +190,14 @@ impl Gm {
     }
 }
 
-impl Drop for Gm {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+/// `gm serve <args>` in `workspace` with `env`, and the test defaults.
+fn serve_command(workspace: &Path, args: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut cmd = gm_command();
+    cmd.arg("serve").args(args).current_dir(workspace);
+    for (k, v) in env {
+        cmd.env(k, v);
     }
+    cmd
 }
 
 pub fn read_log(path: &Path) -> Vec<Value> {

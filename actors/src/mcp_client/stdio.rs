@@ -90,8 +90,14 @@ impl Process {
     }
 
     /// Starts a prepared command (its stdio is set here).
-    pub fn spawn_command(mut cmd: Command, stderr: Stderr) -> std::io::Result<Process> {
-        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(match stderr {
+    pub fn spawn_command(cmd: Command, stderr: Stderr) -> std::io::Result<Process> {
+        Self::spawn_with_stdin(cmd, stderr, Stdio::piped())
+    }
+
+    /// Starts a prepared command whose stdin is `stdin` (a pipe the caller made, say);
+    /// `Stdio::piped()` gives [`Process::stdin`].
+    pub fn spawn_with_stdin(mut cmd: Command, stderr: Stderr, stdin: Stdio) -> std::io::Result<Process> {
+        cmd.stdin(stdin).stdout(Stdio::piped()).stderr(match stderr {
             Stderr::Tail => Stdio::piped(),
             Stderr::Inherit => Stdio::inherit(),
             Stderr::Discard => Stdio::null(),
@@ -99,10 +105,10 @@ impl Process {
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         let mut child = cmd.spawn()?;
         let pgid = child.id() as i32;
-        let pipes = (child.stdin.take(), child.stdout.take());
-        let (Some(stdin), Some(stdout)) = pipes else {
+        let stdin = child.stdin.take();
+        let Some(stdout) = child.stdout.take() else {
             sys::kill_group(pgid);
-            return Err(std::io::Error::other("its pipes could not be opened"));
+            return Err(std::io::Error::other("its stdout could not be opened"));
         };
         let tail = Arc::new(StderrTail::default());
         match child.stderr.take() {
@@ -112,7 +118,7 @@ impl Process {
             }
             None => *lock(&tail.done) = true,
         }
-        Ok(Process { child, stdin: Some(stdin), stdout: LineReader::new(stdout), stderr: tail, pgid })
+        Ok(Process { child, stdin, stdout: LineReader::new(stdout), stderr: tail, pgid })
     }
 
     pub fn stderr_tail(&self) -> String {
@@ -217,6 +223,8 @@ pub enum ClientError {
 /// has not asked for yet, lines that are not JSON) is kept in order for [`StdioClient::recv`].
 pub struct StdioClient {
     pub process: Process,
+    /// Where requests go: the server's stdin.
+    writer: Option<Box<dyn Write + Send>>,
     /// Messages read while waiting for another id.
     pending: VecDeque<Value>,
     next_id: i64,
@@ -224,16 +232,26 @@ pub struct StdioClient {
 
 impl StdioClient {
     pub fn spawn(cmd: Command, stderr: Stderr) -> Result<Self, ClientError> {
-        Ok(Self {
-            process: Process::spawn_command(cmd, stderr).map_err(ClientError::Spawn)?,
-            pending: VecDeque::new(),
-            next_id: 0,
-        })
+        let mut process = Process::spawn_command(cmd, stderr).map_err(ClientError::Spawn)?;
+        let writer = process.stdin.take().map(|s| Box::new(s) as Box<dyn Write + Send>);
+        Ok(Self { process, writer, pending: VecDeque::new(), next_id: 0 })
+    }
+
+    /// A client whose requests go into `writer`, the other end of the `stdin` the server is
+    /// given (a pipe the caller made and watches).
+    pub fn spawn_with_stdin(
+        cmd: Command,
+        stderr: Stderr,
+        stdin: Stdio,
+        writer: Box<dyn Write + Send>,
+    ) -> Result<Self, ClientError> {
+        let process = Process::spawn_with_stdin(cmd, stderr, stdin).map_err(ClientError::Spawn)?;
+        Ok(Self { process, writer: Some(writer), pending: VecDeque::new(), next_id: 0 })
     }
 
     /// Writes bytes as they are (a test sending malformed input).
     pub fn send_raw(&mut self, bytes: &[u8]) -> Result<(), ClientError> {
-        let stdin = self.process.stdin.as_mut().ok_or(ClientError::Closed)?;
+        let stdin = self.writer.as_mut().ok_or(ClientError::Closed)?;
         stdin.write_all(bytes)?;
         stdin.flush()?;
         Ok(())
@@ -325,7 +343,11 @@ impl StdioClient {
 
     /// Closes the server's stdin (as a host does when it is done).
     pub fn close_stdin(&mut self) {
-        self.process.stdin.take();
+        self.writer.take();
+    }
+
+    pub fn stdin_open(&self) -> bool {
+        self.writer.is_some()
     }
 
     pub fn pid(&self) -> u32 {

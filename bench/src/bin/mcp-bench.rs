@@ -9,56 +9,42 @@
 //! performance.now()), in one run. Each server is started as a child process
 //! and spoken to over pipes, newline-delimited JSON-RPC, exactly as an MCP host would.
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use gm_actors::mcp_client::stdio::{percentile, Stderr, StdioClient};
 use serde_json::{json, Value};
 
+/// A server under measurement, spoken to through gm's one stdio client (reading on this thread,
+/// so a round trip costs no thread hop on the client's side).
 struct Server {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-    next_id: u64,
+    client: StdioClient,
 }
 
 impl Server {
     fn spawn(cmd: &[String]) -> Server {
-        let mut child = Command::new(&cmd[0])
-            .args(&cmd[1..])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
-        let stdin = child.stdin.take().expect("stdin");
-        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        Server { child, stdin, stdout, next_id: 0 }
+        Self::spawn_env(cmd, &[])
     }
 
-    fn send(&mut self, method: &str, params: Value) -> u64 {
-        self.next_id += 1;
-        let msg = json!({ "jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params });
-        let mut bytes = serde_json::to_vec(&msg).expect("json");
-        bytes.push(b'\n');
-        self.stdin.write_all(&bytes).expect("write");
-        self.stdin.flush().expect("flush");
-        self.next_id
+    fn spawn_env(cmd: &[String], env: &[(&str, &std::path::Path)]) -> Server {
+        let mut command = Command::new(&cmd[0]);
+        command.args(&cmd[1..]);
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let client =
+            StdioClient::spawn(command, Stderr::Discard).unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
+        Server { client }
     }
 
-    fn notify(&mut self, method: &str) {
-        let mut bytes = serde_json::to_vec(&json!({ "jsonrpc": "2.0", "method": method })).expect("json");
-        bytes.push(b'\n');
-        self.stdin.write_all(&bytes).expect("write");
+    fn send(&mut self, method: &str, params: Value) {
+        self.client.send_request(method, params).expect("write");
     }
 
+    /// The next reply (notifications are skipped).
     fn read_reply(&mut self) -> Value {
-        let mut line = String::new();
         loop {
-            line.clear();
-            let n = self.stdout.read_line(&mut line).expect("read");
-            assert!(n > 0, "server closed its stdout");
-            let v: Value = serde_json::from_str(&line).expect("json reply");
+            let v = self.client.recv(None).expect("read").expect("a message");
             if v.get("id").is_some() && v.get("method").is_none() {
                 return v;
             }
@@ -66,38 +52,18 @@ impl Server {
     }
 
     fn request(&mut self, method: &str, params: Value) -> Value {
-        self.send(method, params);
-        let r = self.read_reply();
+        let r = self.client.request(method, params, None).expect("a reply");
         assert!(r.get("error").is_none(), "{method} failed: {r}");
         r
     }
 
     fn initialize(&mut self) {
-        self.request(
-            "initialize",
-            json!({ "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": { "name": "mcp-bench", "version": "0" } }),
-        );
-        self.notify("notifications/initialized");
+        self.client.initialize("2025-06-18", "mcp-bench").expect("initialize");
     }
 
     fn pid(&self) -> u32 {
-        self.child.id()
+        self.client.pid()
     }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i]
 }
 
 struct CallStats {
@@ -107,12 +73,15 @@ struct CallStats {
 }
 
 /// Sequential round trips, then `par` calls with `inflight` outstanding at once.
+/// Sequential round trips, then `par` calls with `inflight` outstanding at once, both after
+/// `par` pipelined calls of warm-up: a server with a JIT (Node) runs its first thousands of
+/// calls at half its speed (server-filesystem: 5.3k calls/s over its first 1,250 calls,
+/// 12.2k over 20,000), and every server gets the same warm-up.
 fn measure_calls(server: &mut Server, tool: &str, args: &Value, seq: usize, par: usize, inflight: usize) -> CallStats {
     let params = json!({ "name": tool, "arguments": args });
-    for _ in 0..(seq / 10).max(20) {
-        let r = server.request("tools/call", params.clone());
-        assert_ne!(r["result"]["isError"], true, "{tool} failed: {r}");
-    }
+    let r = server.request("tools/call", params.clone());
+    assert_ne!(r["result"]["isError"], true, "{tool} failed: {r}");
+    pipelined(server, &params, par.max(seq / 10), inflight);
     let mut rtts = Vec::with_capacity(seq);
     for _ in 0..seq {
         let t = Instant::now();
@@ -123,26 +92,30 @@ fn measure_calls(server: &mut Server, tool: &str, args: &Value, seq: usize, par:
     rtts.sort_by(|a, b| a.total_cmp(b));
 
     let started = Instant::now();
-    let mut sent = 0;
-    let mut received = 0;
-    while received < par {
-        while sent < par && sent - received < inflight {
+    pipelined(server, &params, par, inflight);
+    let calls_per_s = par as f64 / started.elapsed().as_secs_f64();
+    CallStats { p50_us: percentile(&rtts, 0.5), p99_us: percentile(&rtts, 0.99), calls_per_s }
+}
+
+/// `n` calls with `inflight` outstanding: a new one is sent as each reply arrives.
+fn pipelined(server: &mut Server, params: &Value, n: usize, inflight: usize) {
+    let (mut sent, mut received) = (0, 0);
+    while received < n {
+        while sent < n && sent - received < inflight {
             server.send("tools/call", params.clone());
             sent += 1;
         }
         server.read_reply();
         received += 1;
     }
-    let calls_per_s = par as f64 / started.elapsed().as_secs_f64();
-    CallStats { p50_us: percentile(&rtts, 0.5), p99_us: percentile(&rtts, 0.99), calls_per_s }
 }
 
 /// Spawn to initialize reply, `repeat` times; the median in µs.
-fn measure_spawn(cmd: &[String], repeat: usize) -> f64 {
+fn measure_spawn(cmd: &[String], env: &[(&str, &std::path::Path)], repeat: usize) -> f64 {
     let mut times = Vec::new();
     for _ in 0..repeat {
         let t = Instant::now();
-        let mut s = Server::spawn(cmd);
+        let mut s = Server::spawn_env(cmd, env);
         s.initialize();
         times.push(t.elapsed().as_secs_f64() * 1e6);
     }
@@ -226,9 +199,14 @@ fn main() {
     };
 
     // (1) stat_file round trips and throughput, against the echo floor and the Node server.
+    // gm's servers start no child MCP servers here (the shipped default fetches one with npx).
+    let defaults = std::path::Path::new(&dir).join("no-defaults");
+    std::fs::create_dir_all(&defaults).expect("defaults");
+    std::fs::write(defaults.join("mcp.json"), r#"{"mcpServers":{}}"#).expect("defaults");
+    let gm_env = [("GM_DEFAULTS_DIR", defaults.as_path())];
     let gm_tools =
         vec![gm.clone(), "serve".into(), "--surface".into(), "tools".into(), "--workspace".into(), dir.clone()];
-    let mut s = Server::spawn(&gm_tools);
+    let mut s = Server::spawn_env(&gm_tools, &gm_env);
     s.initialize();
     let g = measure_calls(&mut s, "stat_file", &json!({ "path": file }), seq, par, inflight);
     drop(s);
@@ -245,7 +223,7 @@ fn main() {
         let node = vec!["node".into(), node_fs.clone(), dir.clone()];
         let mut s = Server::spawn(&node);
         s.initialize();
-        let n = measure_calls(&mut s, "get_file_info", &json!({ "path": file }), seq / 4, par / 4, inflight);
+        let n = measure_calls(&mut s, "get_file_info", &json!({ "path": file }), seq / 4, par, inflight);
         drop(s);
         record(
             "node server-filesystem get_file_info p50 / p99 (µs)",
@@ -262,7 +240,7 @@ fn main() {
 
     // (2) run_code `return 1` against spawning `node -e 0` per body.
     let gm_code = vec![gm.clone(), "serve".into(), "--workspace".into(), dir.clone()];
-    let mut s = Server::spawn(&gm_code);
+    let mut s = Server::spawn_env(&gm_code, &gm_env);
     s.initialize();
     s.request("resources/read", json!({ "uri": "skill://gm/SKILL.md" }));
     let r = measure_calls(&mut s, "run_code", &json!({ "code": "return 1" }), seq / 2, par / 2, inflight);
@@ -278,7 +256,7 @@ fn main() {
     record("node -e 0 / run_code p50", format!("{:.0}x", node_e / r.p50_us), json!(node_e / r.p50_us));
 
     // (5) run_shell `true` against spawning `bash -c true` directly.
-    let mut s = Server::spawn(&gm_tools);
+    let mut s = Server::spawn_env(&gm_tools, &gm_env);
     s.initialize();
     let sh =
         measure_calls(&mut s, "run_shell", &json!({ "command": "true" }), (seq / 10).max(50), (par / 20).max(50), 8);
@@ -293,9 +271,9 @@ fn main() {
     record("run_shell overhead over bash -c (µs)", format!("{:.0}", sh.p50_us - bash), json!(sh.p50_us - bash));
 
     // (3) spawn to initialize reply, (4) idle RSS.
-    let spawn = measure_spawn(&gm_code, 30);
+    let spawn = measure_spawn(&gm_code, &gm_env, 30);
     record("gm spawn to initialize reply p50 (µs)", format!("{spawn:.0}"), json!(spawn));
-    let mut s = Server::spawn(&gm_code);
+    let mut s = Server::spawn_env(&gm_code, &gm_env);
     s.initialize();
     std::thread::sleep(Duration::from_millis(500));
     let rss = rss_kb(s.pid());
@@ -333,18 +311,10 @@ fn child(args: &[String]) {
     std::fs::write(defaults.join("mcp.json"), r#"{"mcpServers":{}}"#).expect("defaults");
     let entry = json!({ "command": cmd[0], "args": &cmd[1..] });
     std::fs::write(ws.join(".gm/mcp.json"), json!({ "mcpServers": { "bench": entry } }).to_string()).expect("config");
-    let mut child = Command::new(&gm)
-        .args(["serve", "--workspace"])
-        .arg(&ws)
-        .env("GM_DEFAULTS_DIR", &defaults)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("gm");
-    let stdin = child.stdin.take().expect("stdin");
-    let stdout = BufReader::new(child.stdout.take().expect("stdout"));
-    let mut g = Server { child, stdin, stdout, next_id: 0 };
+    let mut g = Server::spawn_env(
+        &[gm.clone(), "serve".into(), "--workspace".into(), ws.to_string_lossy().into_owned()],
+        &[("GM_DEFAULTS_DIR", &defaults)],
+    );
     g.initialize();
     g.request("resources/read", json!({ "uri": "skill://gm/SKILL.md" }));
     let name: String =
