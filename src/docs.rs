@@ -1,17 +1,74 @@
 //! Reference tables printed from the code itself (`gm docs <table>`), so the README's copies
 //! cannot drift: a test compares them.
 
-use crate::verbs::ERROR_CODES;
+use serde_json::Value;
+
+use crate::run::loop_tools;
+use crate::verbs::{self, Effect, ERROR_CODES};
 
 /// The tables `gm docs` prints, by name.
-pub const TABLES: &[&str] = &["errors"];
+pub const TABLES: &[&str] = &["verbs", "errors"];
 
 /// A table as markdown, or `None` for an unknown name.
 pub fn table(name: &str) -> Option<String> {
     match name {
+        "verbs" => Some(verbs_table()),
         "errors" => Some(errors()),
         _ => None,
     }
+}
+
+/// The run loop's tools and every verb: name, arguments (`?` for optional), what it does, and
+/// how it behaves (writes, runs alone, can be cancelled).
+fn verbs_table() -> String {
+    let mut t = String::from("| tool / verb | arguments | what it does | notes |\n|---|---|---|---|\n");
+    for tool in loop_tools() {
+        let schema = (tool.schema)();
+        let notes = if tool.traits.cancellable { "cancellable" } else { "" };
+        let description = (tool.description)(&[]);
+        // run_code's description goes on to list every verb: the table has them below.
+        let first = description.split(". Every verb").next().unwrap_or(&description).trim_end_matches('.');
+        t.push_str(&format!("| `{}` | {} | {}. | {} |\n", tool.name, arguments(&schema), cell(first), notes));
+    }
+    for v in verbs::registry() {
+        let mut notes = Vec::new();
+        match v.effect {
+            Effect::Read => {}
+            Effect::Write => notes.push("writes"),
+            Effect::Shell => notes.push("runs alone"),
+        }
+        if v.traits.cancellable {
+            notes.push("cancellable");
+        }
+        t.push_str(&format!(
+            "| `gm.{}` | {} | {} | {} |\n",
+            v.name,
+            arguments(&v.input_schema()),
+            cell(v.description),
+            notes.join(", ")
+        ));
+    }
+    t
+}
+
+/// An argument list from an input schema: `path, offset?, limit?`.
+fn arguments(schema: &Value) -> String {
+    let required: Vec<&str> =
+        schema["required"].as_array().map(|r| r.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    let Some(props) = schema["properties"].as_object() else { return String::new() };
+    let mut names: Vec<&String> = props.keys().collect();
+    // Required first, then the rest, each in name order.
+    names.sort_by_key(|n| (!required.contains(&n.as_str()), n.as_str()));
+    let list: Vec<String> = names
+        .iter()
+        .map(|n| if required.contains(&n.as_str()) { format!("`{n}`") } else { format!("`{n}?`") })
+        .collect();
+    list.join(", ")
+}
+
+/// Text fit for one table cell.
+fn cell(text: &str) -> String {
+    text.replace('|', "\\|").replace('\n', " ")
 }
 
 /// Every error code a failed tool result can carry.

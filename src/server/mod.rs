@@ -6,8 +6,8 @@
 //! tools/call runs as a future on the same arbiter (no cross-thread hop) and its reply goes out
 //! by id as soon as it is done, so parallel calls overlap.
 //!
-//! - [`call`]: the tools/call pipeline, from a call's arrival to its reply and action event.
-//! - [`requests`]: the other methods (initialize, lists, resources, prompts, skills).
+//! - `call`: the tools/call pipeline, from a call's arrival to its reply and action event.
+//! - `requests`: the other methods (initialize, lists, resources, prompts, skills).
 //! - [`surface`]: the code and tools surfaces, derived from the registry and the run loop.
 
 mod call;

@@ -1,7 +1,7 @@
 //! Pages of a large text file by line number, read without holding the file in memory.
 //!
 //! The first page of a file scans it once, counting its lines and noting where every
-//! [`STRIDE`]th line starts; that line index is kept (for a few files, keyed by device, inode,
+//! `STRIDE`th line starts; that line index is kept (for a few files, keyed by device, inode,
 //! size and modification time, so any change to the file rebuilds it) and a later page seeks
 //! to the nearest noted line and reads only from there. Memory stays at one read buffer plus
 //! the page, whatever the file's size.

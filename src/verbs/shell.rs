@@ -138,9 +138,9 @@ pub async fn run_shell(ctx: Ctx, args: RunShellArgs) -> Result<RunShellReply, Ve
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct JobStartArgs {
-    /// A name for the job (letters, digits, '.', '_', '-'); default job-<n>.
+    /// A name for the job (letters, digits, '.', '_', '-'); default `job-<n>`.
     pub name: Option<String>,
-    /// The command, run by `bash -c`; stdout and stderr go to .gm/jobs/<name>.log.
+    /// The command, run by `bash -c`; stdout and stderr go to `.gm/jobs/<name>.log`.
     pub command: String,
     /// Working directory, relative to the workspace (default: the workspace).
     pub cwd: Option<String>,
