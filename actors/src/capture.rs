@@ -180,7 +180,8 @@ mod tests {
 
     #[test]
     fn short_output_stays_whole() {
-        let dir = std::env::temp_dir().join(format!("gm-cap-{}-a", std::process::id()));
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().to_owned();
         let mut c = Capture::new(100, dir.join("x.txt"));
         c.push(b"hello ");
         c.push(b"world");
@@ -190,7 +191,8 @@ mod tests {
 
     #[test]
     fn long_output_keeps_head_and_tail_and_spills_the_whole() {
-        let dir = std::env::temp_dir().join(format!("gm-cap-{}-b", std::process::id()));
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().to_owned();
         let path = dir.join("x.txt");
         let mut c = Capture::new(10, path.clone());
         let data: Vec<u8> = (0..1000u32).map(|i| b'a' + (i % 26) as u8).collect();
@@ -215,7 +217,8 @@ mod tests {
     #[test]
     fn a_first_read_larger_than_the_cap_still_keeps_the_head() {
         // A pipe that filled before the first read hands over more than the cap at once.
-        let dir = std::env::temp_dir().join(format!("gm-cap-{}-d", std::process::id()));
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().to_owned();
         let data: Vec<u8> = (0..100u32).map(|i| b'a' + (i % 26) as u8).collect();
         for first in [30usize, 11, 10, 9, 5, 1] {
             let mut c = Capture::new(10, dir.join(format!("x{first}.txt")));
@@ -234,7 +237,8 @@ mod tests {
     #[test]
     fn head_cut_and_tail_always_add_up_to_the_output() {
         // Every split of an output into two reads, around the cap.
-        let dir = std::env::temp_dir().join(format!("gm-cap-{}-e", std::process::id()));
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().to_owned();
         for len in [9usize, 10, 11, 12, 15, 20, 21, 40] {
             let data: Vec<u8> = (0..len as u32).map(|i| b'A' + (i % 26) as u8).collect();
             for split in 0..=len {
@@ -257,7 +261,8 @@ mod tests {
 
     #[test]
     fn secrets_are_replaced_inline_and_in_the_spill_file() {
-        let dir = std::env::temp_dir().join(format!("gm-cap-{}-c", std::process::id()));
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().to_owned();
         let path = dir.join("x.txt");
         let r = Redactor::new(&[("TOKEN".into(), "s3cr3t-value".into())]);
         let mut c = Capture::new(16, path.clone());
