@@ -19,11 +19,12 @@ import subprocess
 import tempfile
 import time
 
+from gm_process import popen_gm
+
 
 class Server:
     def __init__(self, gm, workspace):
-        self.p = subprocess.Popen([gm, "serve", "--surface", "tools", "--workspace", workspace],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.p = popen_gm(gm, "tools", workspace)
         self.next = 0
         self.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
                                     "clientInfo": {"name": "log-bench", "version": "0"}})

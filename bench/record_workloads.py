@@ -15,14 +15,15 @@ import subprocess
 import sys
 import tempfile
 
+from gm_process import popen_gm
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 
 
 class Gm:
     def __init__(self, gm, ws, surface):
-        self.p = subprocess.Popen([gm, "serve", "--surface", surface, "--workspace", ws],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.p = popen_gm(gm, surface, ws)
         self.n = 0
         self.req("initialize", {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "recorder", "version": "0"}})
         self.req("resources/read", {"uri": "skill://gm/SKILL.md"})

@@ -16,11 +16,12 @@ import subprocess
 import sys
 import time
 
+from gm_process import popen_gm
+
 
 class Server:
     def __init__(self, gm, workspace):
-        self.p = subprocess.Popen([gm, "serve", "--surface", "tools", "--workspace", workspace],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.p = popen_gm(gm, "tools", workspace)
         self.next = 0
         self.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
                                     "clientInfo": {"name": "search-bench", "version": "0"}})
@@ -65,6 +66,121 @@ def run(cmd, cwd):
 rows = []
 
 
+def wait_for_index(gm, args):
+    """The first answer from the built index: a first search on a big tree answers
+    provisionally while the index builds in the background."""
+    while True:
+        r = gm.call("search", args)
+        if not r.get("provisional"):
+            return r
+        time.sleep(0.05)
+
+
+def cpu_ticks(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+def rss_mb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def git(cwd, *args):
+    subprocess.run(["git", "-c", "user.name=b", "-c", "user.email=b@example.invalid", *args], cwd=cwd,
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def freshness(a, k):
+    """Search after edits gm did not make: one file written outside gm, a shell `git checkout`
+    of a branch that changes 1,000 files, the first search with no index (provisional, against
+    rg), and a watching gm's idle CPU and RSS."""
+    branch = "gm-bench-1000"
+    names = subprocess.run(["git", "ls-files", "*.c"], cwd=k, capture_output=True, text=True, check=True).stdout.split()
+    names = names[:: max(1, len(names) // 1000)][:1000]
+    if subprocess.run(["git", "rev-parse", "--verify", "-q", branch], cwd=k, stdout=subprocess.DEVNULL).returncode != 0:
+        base = subprocess.run(["git", "rev-parse", "--abbrev-ref", "HEAD"], cwd=k, capture_output=True, text=True, check=True).stdout.strip()
+        git(k, "checkout", "-q", "-b", branch)
+        for n in names:
+            with open(os.path.join(k, n), "a") as f:
+                f.write("/* gmbranchmarker */\n")
+        git(k, "commit", "-q", "-am", "1000 files")
+        git(k, "checkout", "-q", base)
+    base = subprocess.run(["git", "rev-parse", "--abbrev-ref", "HEAD"], cwd=k, capture_output=True, text=True, check=True).stdout.strip()
+    if base == branch:  # an earlier run stopped on the benchmark's branch
+        base = next(b for b in ("master", "main") if subprocess.run(
+            ["git", "rev-parse", "--verify", "-q", b], cwd=k, stdout=subprocess.DEVNULL).returncode == 0)
+        git(k, "checkout", "-q", base)
+    gm = Server(a.gm, k)
+    wait_for_index(gm, {"query": "spin lock irqsave", "limit": 10})
+    # One file written outside gm (as the host's own edit tool would), then a search at once.
+    target = os.path.join(k, "kernel/sched/core.c")
+    with open(target) as f:
+        original = f.read()
+    times = []
+    for i in range(5):
+        with open(target, "w") as f:
+            f.write(original + f"/* gmoutsider{i} */\n")
+        t = time.perf_counter()
+        r = gm.call("search", {"query": f"gmoutsider{i}", "limit": 1})
+        times.append((time.perf_counter() - t) * 1000)
+        assert r["hits"] and r["hits"][0]["path"] == "kernel/sched/core.c", r
+        time.sleep(0.2)
+    with open(target, "w") as f:
+        f.write(original)
+    ms = statistics.median(times)
+    record("search right after one file written outside gm (ms, median of 5; target < 30)",
+           f"{ms:.1f} (all: {', '.join(f'{x:.0f}' for x in times)})", ms)
+    gm.call("search", {"query": "gmoutsider0", "limit": 1})
+    # A branch switch from a shell: 1,000 files change and git's index moves.
+    git(k, "checkout", "-q", branch)
+    t = time.perf_counter()
+    r = gm.call("search", {"query": "gmbranchmarker", "limit": 500})
+    there = (time.perf_counter() - t) * 1000
+    assert len(r["hits"]) == min(500, len(names)), (len(r["hits"]), len(names))
+    refreshed = (r.get("refreshed") or {}).get("indexed")
+    git(k, "checkout", "-q", base)
+    t = time.perf_counter()
+    r = gm.call("search", {"query": "gmbranchmarker", "limit": 10})
+    back = (time.perf_counter() - t) * 1000
+    assert not r["hits"], r["hits"][:3]
+    record(f"search right after a shell `git checkout` changing {len(names)} files, there / back (ms; target < 2000)",
+           f"{there:.0f} / {back:.0f} (reindexed {refreshed} / {(r.get('refreshed') or {}).get('indexed')} files)", {"there": there, "back": back})
+    # Idle: a gm watching the kernel, nothing changing.
+    pid = gm.p.pid
+    before = cpu_ticks(pid)
+    time.sleep(a.idle)
+    used = (cpu_ticks(pid) - before) / os.sysconf("SC_CLK_TCK")
+    record(f"idle CPU of gm watching the kernel for {a.idle:.0f} s (%), RSS (MB)",
+           f"{100 * used / a.idle:.2f} %, {rss_mb(pid):.0f} MB", {"cpu_pct": 100 * used / a.idle, "rss_mb": rss_mb(pid)})
+    gm.close()
+    # The first search with no index: answered from a scan while the index builds.
+    word = "jiffies"
+    rg_ms, _ = timed(lambda: run(["rg", "-c", "--no-messages", "-F", word], k), a.repeat)
+    firsts = []
+    for _ in range(3):
+        shutil.rmtree(os.path.join(k, ".gm", "index"), ignore_errors=True)
+        gm = Server(a.gm, k)
+        t = time.perf_counter()
+        r = gm.call("search", {"query": word, "limit": 10})
+        firsts.append((time.perf_counter() - t) * 1000)
+        assert r.get("provisional") and r["hits"], r
+        if len(firsts) < 3:
+            gm.close()
+    t = time.perf_counter()
+    wait_for_index(gm, {"query": word, "limit": 10})
+    built = time.perf_counter() - t
+    gm.close()
+    first = statistics.median(firsts)
+    record(f"first search with no index, provisional (ms, median of 3) / rg -F -c {word} (ms); target within 2x",
+           f"{first:.0f} / {rg_ms:.0f} = {first / rg_ms:.2f}x (the index was ready {built:.1f} s later)",
+           {"gm": first, "rg": rg_ms, "ratio": first / rg_ms, "built_after_s": built})
+
+
 def record(name, value, raw):
     print(json.dumps({"measure": name, "value": raw}), flush=True)
     rows.append((name, value))
@@ -73,12 +189,24 @@ def record(name, value, raw):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--gm", required=True)
-    ap.add_argument("--kernel", required=True)
+    ap.add_argument("--kernel", help="needed by all but --only callers")
     ap.add_argument("--ts", required=True)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--builds", type=int, default=3, help="cold index builds; the median is reported")
+    ap.add_argument("--idle", type=float, default=60, help="seconds of idle CPU measured")
+    ap.add_argument("--only", choices=["fresh", "callers"], help="only the freshness measures, or only callers/impact")
     a = ap.parse_args()
+    if a.only == "callers":
+        callers(a)
+        table()
+        return
+    if not a.kernel:
+        ap.error("--kernel is needed unless --only callers")
     k = a.kernel
+    if a.only == "fresh":
+        freshness(a, k)
+        table()
+        return
 
     # grep against rg and git grep, same patterns, same tree.
     gm = Server(a.gm, k)
@@ -107,7 +235,7 @@ def main():
         shutil.rmtree(os.path.join(k, ".gm", "index"), ignore_errors=True)
         gm = Server(a.gm, k)
         t = time.perf_counter()
-        r = gm.call("search", {"query": "spin lock irqsave", "limit": 10})
+        r = wait_for_index(gm, {"query": "spin lock irqsave", "limit": 10})
         builds.append(time.perf_counter() - t)
         if len(builds) < a.builds:
             gm.close()
@@ -140,7 +268,16 @@ def main():
     run(["git", "checkout", "--", target], k)
     gm.close()
 
-    # callers / impact on the typescript package's sources.
+    callers(a)
+    freshness(a, k)
+    table()
+
+
+def callers(a):
+    """callers / impact on the typescript package's sources: cold (no saved cache), warm, and
+    after a restart (a new gm reading the cache an earlier one saved under .gm/calls/)."""
+    cache = os.path.join(a.ts, ".gm", "calls", "cache.bin")
+    shutil.rmtree(os.path.dirname(cache), ignore_errors=True)
     ts = Server(a.gm, a.ts)
     cold, r = timed(lambda: ts.call("callers", {"symbol": "createSourceFile", "limit": 5}), 1)
     record("callers cold (ms, files parsed)", f"{cold:.0f} ({r['filesParsed']} files)", {"ms": cold, "files": r["filesParsed"]})
@@ -148,8 +285,26 @@ def main():
     record("callers warm p50 (ms)", f"{warm:.1f} ({r['total']} call sites)", warm)
     warm, r = timed(lambda: ts.call("impact", {"symbol": "createSourceFile", "depth": 2}), 5)
     record("impact depth 2 warm p50 (ms)", f"{warm:.1f} ({len(r['nodes'])} functions)", warm)
+    # gm saves the cache off the reply's path: the restarts wait for it.
+    deadline = time.time() + 30
+    while not os.path.exists(cache) and time.time() < deadline:
+        time.sleep(0.05)
     ts.close()
+    restarts, parsed = [], 0
+    for _ in range(a.repeat):
+        ts = Server(a.gm, a.ts)
+        t = time.perf_counter()
+        r = ts.call("callers", {"symbol": "createSourceFile", "limit": 5})
+        restarts.append((time.perf_counter() - t) * 1000)
+        parsed = max(parsed, r["filesParsed"])
+        ts.close()
+    after = statistics.median(restarts)
+    record("callers after a restart, saved cache (median ms, files parsed, cache MB; all ms)",
+           f"{after:.0f} ({parsed} files, {os.path.getsize(cache) / 1e6:.0f} MB; all: {', '.join(f'{x:.0f}' for x in restarts)})",
+           {"ms": after, "files": parsed, "cache_mb": os.path.getsize(cache) / 1e6, "all_ms": restarts})
 
+
+def table():
     print("\n| measure | value |\n|---|---|")
     for name, value in rows:
         print(f"| {name} | {value} |")

@@ -26,3 +26,4 @@ pub mod skills;
 pub mod text;
 pub mod verbs;
 pub mod walk;
+pub mod watch;

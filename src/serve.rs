@@ -26,6 +26,7 @@ use crate::server::surface::Surface;
 use crate::server::{Server, Stop};
 use crate::skills::Skills;
 use crate::verbs::{self, Ctx, Shared, VerbError};
+use crate::watch::{Status as WatchStatus, Watcher};
 
 pub const DEFAULT_MAX_INFLIGHT: usize = 8;
 /// The longest JSON-RPC line gm reads; longer lines are dropped unread and answered with an error.
@@ -76,15 +77,29 @@ pub fn workspace(path: &Path) -> Result<PathBuf, ServeError> {
 }
 
 /// The search index, on a thread of its own (indexing is blocking work).
-fn start_search(workspace: &Path, state_dir: &Path) -> Addr<SearchIndex> {
-    let (workspace, dir) = (workspace.to_owned(), state_dir.join("index"));
-    SyncArbiter::start(1, move || SearchIndex::new(workspace.clone(), dir.clone()))
+fn start_search(workspace: &Path, state_dir: &Path, watcher: &Watcher) -> Addr<SearchIndex> {
+    let (workspace, dir, watcher) = (workspace.to_owned(), state_dir.join("index"), watcher.clone());
+    SyncArbiter::start(1, move || SearchIndex::new(workspace.clone(), dir.clone(), watcher.subscribe()))
+}
+
+/// The workspace watcher, which tells search and callers what changed; how it went is a
+/// `watch` event.
+fn start_watcher(workspace: &Path, state_dir: &Path, log: Addr<LogWriter>) -> Watcher {
+    Watcher::start(workspace, state_dir, move |status| {
+        let fields = match status {
+            WatchStatus::Watching { backend, dirs, ms } => {
+                json!({ "state": "watching", "backend": backend, "dirs": dirs, "ms": ms })
+            }
+            WatchStatus::Failed { why } => json!({ "state": "failed", "why": why, "then": "searches rescan" }),
+        };
+        log.do_send(Event::new("watch", fields));
+    })
 }
 
 /// The call-site index, on a thread of its own (parsing is blocking work).
-fn start_calls(workspace: &Path) -> Addr<CallIndex> {
-    let workspace = workspace.to_owned();
-    SyncArbiter::start(1, move || CallIndex::new(workspace.clone()))
+fn start_calls(workspace: &Path, state_dir: &Path, watcher: &Watcher) -> Addr<CallIndex> {
+    let (workspace, state_dir, watcher) = (workspace.to_owned(), state_dir.to_owned(), watcher.clone());
+    SyncArbiter::start(1, move || CallIndex::new(workspace.clone(), state_dir.clone(), watcher.subscribe()))
 }
 
 /// How often a long call with a progressToken reports progress (`GM_PROGRESS_INTERVAL_MS`
@@ -138,9 +153,10 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
         let log = writer.start();
         let skills = Arc::new(Skills::locate());
         let jobs = Jobs::new(state_dir.join("jobs")).start();
+        let watcher = start_watcher(&workspace, &state_dir, log.clone());
         let ctx = Ctx::new(Shared {
-            search: start_search(&workspace, &state_dir),
-            calls: start_calls(&workspace),
+            search: start_search(&workspace, &state_dir, &watcher),
+            calls: start_calls(&workspace, &state_dir, &watcher),
             workspace: workspace.clone().into(),
             secrets: Arc::new(SecretsFile::new(state_dir.join("secrets.env"))),
             state_dir: state_dir.clone().into(),
@@ -232,8 +248,8 @@ pub fn run_verb(workspace_dir: &Path, name: &str, args: Value) -> Result<Value, 
     system.block_on(async move {
         let state_dir = workspace.join(".gm");
         let ctx = Ctx::new(Shared {
-            search: start_search(&workspace, &state_dir),
-            calls: start_calls(&workspace),
+            search: start_search(&workspace, &state_dir, &Watcher::off("the one-shot CLI does not watch")),
+            calls: start_calls(&workspace, &state_dir, &Watcher::off("the one-shot CLI does not watch")),
             secrets: Arc::new(SecretsFile::new(state_dir.join("secrets.env"))),
             jobs: Jobs::new(state_dir.join("jobs")).start(),
             state_dir: state_dir.clone().into(),

@@ -2,18 +2,20 @@
 //! by [`CodeTokenizer`], kept in `.gm/index/`.
 //!
 //! Freshness: the first search builds the index (scanning every tracked file's size and
-//! mtime); later searches answer from the index they have and, when the last scan is older
-//! than [`RESCAN_MIN`] (or thirty times the last scan's duration, on big trees), start a new
-//! scan on a thread of its own, at a low priority, so a search never waits for one. Files whose size or mtime changed
-//! are reindexed and removed files dropped. Files written through gm's own verbs are
-//! reindexed before the next search, so a search right after write_file sees the new text.
+//! mtime). After that, the workspace watcher (`crate::watch`) says which files changed, whoever
+//! changed them, and a search reindexes those first ([`LineIndex::update_dirty`]), or scans
+//! the tracked set again when git's index moved. Without a watcher, a search answers from the
+//! index it has and, when the last scan is older than [`RESCAN_MIN`] (or thirty times the last
+//! scan's duration, on big trees), starts a new scan on a thread of its own, at a low priority.
+//! Files whose size or mtime changed are reindexed and removed files dropped; files written
+//! through gm's own verbs are reindexed before the next search in either case.
 //! The index is served by the [`super::index_actor::SearchIndex`] actor on a thread of its
 //! own, so indexing never holds up the protocol.
 //!
 //! Only the file id and line number are kept per document (as fast fields); a hit's text is
 //! read from the file, which also shows the line as it is now.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, UNIX_EPOCH};
@@ -131,6 +133,23 @@ struct Seen {
     mtime_ns: u128,
 }
 
+impl Scan {
+    /// A scan that found nothing.
+    pub fn empty() -> Scan {
+        Scan { files: Vec::new(), took: Duration::ZERO }
+    }
+
+    /// Bytes of the files an index build would read (each up to the size limit).
+    pub fn bytes(&self) -> u64 {
+        self.files.iter().map(|s| s.size.min(MAX_FILE_BYTES)).sum()
+    }
+
+    /// The files found, as (relative path, path, size).
+    pub fn files(&self) -> impl Iterator<Item = (&str, &Path, u64)> {
+        self.files.iter().map(|s| (s.rel.as_str(), s.path.as_path(), s.size))
+    }
+}
+
 /// Stats every tracked file of `workspace` (files missing on disk are left out, so they count
 /// as removed). Runs on any thread.
 pub fn scan(workspace: &Path) -> Result<Scan, IndexError> {
@@ -182,6 +201,11 @@ pub struct LineIndex {
     manifest: Manifest,
     paths: HashMap<u64, String>,
     last_scan: Option<(Instant, Duration)>,
+    /// Whether the workspace is in a git repository (the tracked files are git's).
+    in_git: bool,
+    /// Files whose old lines the next commit deletes (one query for all of them). A file
+    /// reindexed gets a new id, so that the delete cannot reach its new lines.
+    doomed: Vec<u64>,
     meta_seen: Option<(std::time::SystemTime, u64)>,
 }
 
@@ -252,6 +276,8 @@ impl LineIndex {
             manifest,
             paths,
             last_scan: None,
+            in_git: git2::Repository::discover(workspace).is_ok(),
+            doomed: Vec::new(),
             meta_seen: meta_stamp(dir),
         })
     }
@@ -265,6 +291,12 @@ impl LineIndex {
 
     pub fn is_scanned(&self) -> bool {
         self.last_scan.is_some()
+    }
+
+    /// Whether the index holds nothing yet and has never been built: a first search, a
+    /// format change, or a damaged index that was set aside.
+    pub fn is_unbuilt(&self) -> bool {
+        self.last_scan.is_none() && self.manifest.files.is_empty()
     }
 
     pub fn indexed_files(&self) -> u64 {
@@ -335,6 +367,7 @@ impl LineIndex {
     /// indexed (back to the saved manifest, whose files the next scan checks again).
     fn roll_back(&mut self) {
         self.batcher.clear();
+        self.doomed.clear();
         if let Some(writer) = self.writer.as_mut() {
             let _ = writer.rollback();
         }
@@ -390,19 +423,71 @@ impl LineIndex {
         Ok(())
     }
 
-    fn forget(&mut self, rel: &str) -> Result<(), IndexError> {
-        if let Some(state) = self.manifest.files.remove(rel) {
-            self.paths.remove(&state.id);
-            self.delete_file(state.id)?;
+    /// Brings the files the watcher saw change up to date, and reports what it did; `None`
+    /// when the changes need the tracked list read again (a new file outside git, where
+    /// every file not ignored is covered), which only a full [`LineIndex::refresh`] does.
+    /// A path stands for a file or for everything the index holds under it (a directory that
+    /// was removed or renamed). A path the index does not hold, in a git repository, is not
+    /// tracked yet: `git add` changes git's index, and the watcher says so.
+    pub fn update_dirty(&mut self, paths: &BTreeSet<String>) -> Result<Option<RefreshStats>, IndexError> {
+        let started = Instant::now();
+        let mut rels: Vec<String> = Vec::new();
+        for path in paths {
+            if self.manifest.files.contains_key(path) {
+                rels.push(path.clone());
+                continue;
+            }
+            let under = format!("{path}/");
+            let before = rels.len();
+            rels.extend(self.manifest.files.keys().filter(|k| k.starts_with(&under)).cloned());
+            if rels.len() == before && !self.in_git && self.workspace.join(path).is_file() {
+                return Ok(None);
+            }
+        }
+        rels.sort();
+        rels.dedup();
+        let mut stats = RefreshStats { files: rels.len() as u64, ..Default::default() };
+        let bytes: u64 = rels
+            .iter()
+            .filter_map(|rel| std::fs::metadata(self.workspace.join(rel)).ok())
+            .map(|m| m.len().min(MAX_FILE_BYTES))
+            .sum();
+        // A branch switch can touch thousands of files: those are indexed on every core.
+        if bytes > BULK_BYTES {
+            self.use_writer(true)?;
+        }
+        let result = self.reindex_each(&rels, &mut stats);
+        if result.is_err() {
+            self.roll_back();
+        }
+        let back = self.use_writer(false);
+        result?;
+        back?;
+        stats.ms = started.elapsed().as_millis() as u64;
+        Ok(Some(stats))
+    }
+
+    fn reindex_each(&mut self, rels: &[String], stats: &mut RefreshStats) -> Result<(), IndexError> {
+        for rel in rels {
+            let path = self.workspace.join(rel);
+            if path.is_file() {
+                self.reindex(rel, &path, stats)?;
+            } else if self.manifest.files.contains_key(rel) {
+                self.forget(rel)?;
+                stats.removed += 1;
+            }
+        }
+        if stats.indexed > 0 || stats.removed > 0 {
+            self.commit()?;
         }
         Ok(())
     }
 
-    /// Deletes a file's lines.
-    fn delete_file(&mut self, id: u64) -> Result<(), IndexError> {
-        // Lines still waiting in a batch would be sent after the delete, and survive it.
-        self.send_batch()?;
-        self.writer()?.delete_query(Box::new(loc::FileLines(id)))?;
+    fn forget(&mut self, rel: &str) -> Result<(), IndexError> {
+        if let Some(state) = self.manifest.files.remove(rel) {
+            self.paths.remove(&state.id);
+            self.doomed.push(state.id);
+        }
         Ok(())
     }
 
@@ -422,15 +507,11 @@ impl LineIndex {
             return Ok(());
         }
         if let Some(k) = known {
-            self.delete_file(k.id)?;
+            self.paths.remove(&k.id);
+            self.doomed.push(k.id);
         }
-        let id = match known {
-            Some(k) => k.id,
-            None => {
-                self.manifest.next_id += 1;
-                self.manifest.next_id
-            }
-        };
+        self.manifest.next_id += 1;
+        let id = self.manifest.next_id;
         let mut state = FileState { id, size, mtime_ns, lines: 0 };
         if size > MAX_FILE_BYTES {
             stats.skipped_large += 1;
@@ -483,6 +564,10 @@ impl LineIndex {
 
     fn commit(&mut self) -> Result<(), IndexError> {
         self.send_batch()?;
+        if !self.doomed.is_empty() {
+            let doomed = loc::FilesLines::new(std::mem::take(&mut self.doomed));
+            self.writer()?.delete_query(Box::new(doomed))?;
+        }
         let payload = serde_json::to_string(&Payload { next_id: self.manifest.next_id }).unwrap_or_default();
         let mut prepared = self.writer()?.prepare_commit()?;
         prepared.set_payload(&payload);

@@ -1,6 +1,10 @@
-//! The SearchIndex actor: the BM25 line index on a thread of its own, answering searches,
-//! reindexing files gm wrote, and rescanning the tree in the background when a search finds the
-//! last scan old.
+//! The SearchIndex actor: the BM25 line index on a thread of its own, answering searches after
+//! bringing the files the watcher saw change up to date (or, without a watcher, rescanning the
+//! tree in the background when a search finds the last scan old), and reindexing files gm wrote.
+//!
+//! A big tree with no index yet is not made to wait for the build (17 s for the Linux kernel):
+//! the first searches are answered from a scan of the files ([`super::provisional`], marked
+//! `provisional`) while the index builds on a thread of its own, which hands it back when done.
 
 use std::path::PathBuf;
 
@@ -8,6 +12,8 @@ use actix::prelude::*;
 use serde::Serialize;
 
 use super::index::{scan, IndexError, LineIndex, RefreshStats, Scan, SearchHit};
+use super::provisional::{self, ProvisionalFile};
+use crate::watch::{Changes, Subscription};
 
 /// The index as an actor on its own thread (start it with `SyncArbiter::start(1, ...)`).
 pub struct SearchIndex {
@@ -15,11 +21,58 @@ pub struct SearchIndex {
     dir: PathBuf,
     index: Option<LineIndex>,
     scanning: bool,
+    changes: Subscription,
+    /// Whether the last search had the watcher's word: when the watcher stops, the next
+    /// search scans everything once, since what changed in between is not known.
+    watched: bool,
+    /// The files of the tree while its first index builds (the index is on the build's
+    /// thread meanwhile); searches scan them.
+    building: Option<Vec<ProvisionalFile>>,
+    /// What the background build did, for the first reply after it.
+    built: Option<RefreshStats>,
+}
+
+/// Trees up to this many bytes are indexed before the first search answers (about half a
+/// second of building); bigger ones get a provisional answer. `GM_SEARCH_SYNC_BYTES` sets it.
+const SYNC_BUILD_BYTES: u64 = 32 << 20;
+
+fn sync_build_bytes() -> u64 {
+    std::env::var("GM_SEARCH_SYNC_BYTES").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(SYNC_BUILD_BYTES)
 }
 
 impl SearchIndex {
-    pub fn new(workspace: PathBuf, dir: PathBuf) -> Self {
-        Self { workspace, dir, index: None, scanning: false }
+    pub fn new(workspace: PathBuf, dir: PathBuf, changes: Subscription) -> Self {
+        Self { workspace, dir, index: None, scanning: false, changes, watched: false, building: None, built: None }
+    }
+
+    /// Builds the index on a thread of its own from `scan`; the index comes back as [`Built`].
+    /// Returns the scan back when the thread cannot start (the caller builds in place).
+    fn build_in_background(
+        &mut self,
+        scan: Scan,
+        files: Vec<ProvisionalFile>,
+        ctx: &SyncContext<Self>,
+    ) -> Result<(), Scan> {
+        let Some(index) = self.index.take() else { return Err(scan) };
+        let addr = ctx.address();
+        let (tx, rx) = std::sync::mpsc::channel::<LineIndex>();
+        let spawned = std::thread::Builder::new().name("gm-index-build".into()).spawn(move || {
+            let Ok(mut index) = rx.recv() else { return };
+            let result = index.apply(scan).map_err(|e| e.to_string());
+            addr.do_send(Built { index, result });
+        });
+        match spawned {
+            Ok(_) => {
+                // The thread owns the scan now; the index follows it.
+                let _ = tx.send(index);
+                self.building = Some(files);
+                Ok(())
+            }
+            Err(_) => {
+                self.index = Some(index);
+                Err(scan_again(&self.workspace))
+            }
+        }
     }
 
     fn index(&mut self) -> Result<&mut LineIndex, IndexError> {
@@ -67,10 +120,17 @@ pub struct Search {
 #[serde(rename_all = "camelCase")]
 pub struct SearchReply {
     pub hits: Vec<SearchHit>,
+    /// Set while the tree's first index builds: the hits come from a scan of the files,
+    /// ranked by BM25 with the statistics of that scan; later searches use the index.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub provisional: bool,
     /// Set when this search had to build or refresh the index first.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub refreshed: Option<RefreshStats>,
     pub indexed_files: u64,
+    /// How this answer was kept fresh: `watch` (every change made before the call is in it)
+    /// or `rescan` (no watcher: files are rescanned by size and mtime every few seconds).
+    pub fresh: &'static str,
 }
 
 /// Files written through gm: reindex them before the next search.
@@ -82,21 +142,109 @@ pub struct Touched(pub Vec<String>);
 #[rtype(result = "()")]
 struct Scanned(Result<Scan, String>);
 
+/// The background build is done: the index comes back.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Built {
+    index: LineIndex,
+    result: Result<RefreshStats, String>,
+}
+
+/// A scan for the rare path where a thread cannot start: an empty one if even that fails.
+fn scan_again(workspace: &std::path::Path) -> Scan {
+    scan(workspace).unwrap_or_else(|_| Scan::empty())
+}
+
 impl Handler<Search> for SearchIndex {
     type Result = Result<SearchReply, String>;
     fn handle(&mut self, msg: Search, ctx: &mut SyncContext<Self>) -> Self::Result {
-        let index = self.index().map_err(|e| e.to_string())?;
-        let mut refreshed = None;
-        if !index.is_scanned() {
-            refreshed = Some(index.refresh().map_err(|e| e.to_string())?);
+        if let Some(files) = &self.building {
+            // The files are read as they are now, so the answer is fresh without the watcher.
+            let hits = provisional::search(files, &msg.query, msg.limit, msg.path_prefix.as_deref());
+            return Ok(SearchReply { hits, provisional: true, refreshed: None, indexed_files: 0, fresh: "scan" });
         }
+        // Asked before the index is touched, so that every change made before this call is in.
+        let changes = self.changes.changes();
+        let was_watched = self.watched;
+        let workspace = self.workspace.clone();
+        let index = self.index().map_err(|e| e.to_string())?;
+        if index.is_unbuilt() {
+            let scan = scan(&workspace).map_err(|e| e.to_string())?;
+            if scan.bytes() > sync_build_bytes() {
+                // Answered before the build starts: the build takes both cores.
+                let files: Vec<ProvisionalFile> = scan
+                    .files()
+                    .map(|(rel, path, size)| ProvisionalFile { rel: rel.to_owned(), path: path.to_owned(), size })
+                    .collect();
+                let hits = provisional::search(&files, &msg.query, msg.limit, msg.path_prefix.as_deref());
+                match self.build_in_background(scan, files, ctx) {
+                    Ok(()) => {
+                        self.watched = matches!(changes, Changes::Watched(_));
+                        return Ok(SearchReply {
+                            hits,
+                            provisional: true,
+                            refreshed: None,
+                            indexed_files: 0,
+                            fresh: "scan",
+                        });
+                    }
+                    Err(scan) => {
+                        let index = self.index().map_err(|e| e.to_string())?;
+                        index.apply(scan).map_err(|e| e.to_string())?;
+                    }
+                }
+            }
+        }
+        let index = self.index().map_err(|e| e.to_string())?;
+        let first = !index.is_scanned();
+        let (mut refreshed, fresh) = match changes {
+            Changes::Watched(dirty) => {
+                let refreshed = if first || dirty.all || dirty.tracked {
+                    Some(index.refresh().map_err(|e| e.to_string())?)
+                } else if dirty.paths.is_empty() {
+                    None
+                } else {
+                    match index.update_dirty(&dirty.paths).map_err(|e| e.to_string())? {
+                        Some(stats) => Some(stats),
+                        None => Some(index.refresh().map_err(|e| e.to_string())?),
+                    }
+                };
+                (refreshed, "watch")
+            }
+            Changes::Unwatched(_) => {
+                let refreshed =
+                    if first || was_watched { Some(index.refresh().map_err(|e| e.to_string())?) } else { None };
+                (refreshed, "rescan")
+            }
+        };
         index.reload_if_changed().map_err(|e| e.to_string())?;
         let hits = index.search(&msg.query, msg.limit, msg.path_prefix.as_deref()).map_err(|e| e.to_string())?;
-        let reply = SearchReply { hits, refreshed, indexed_files: index.indexed_files() };
-        if index.needs_scan() {
+        if refreshed.is_none() {
+            refreshed = self.built.take();
+        }
+        let index = self.index().map_err(|e| e.to_string())?;
+        let reply = SearchReply { hits, provisional: false, refreshed, indexed_files: index.indexed_files(), fresh };
+        let rescan = fresh == "rescan" && index.needs_scan();
+        self.watched = fresh == "watch";
+        if rescan {
             self.scan_in_background(ctx);
         }
         Ok(reply)
+    }
+}
+
+impl Handler<Built> for SearchIndex {
+    type Result = ();
+    fn handle(&mut self, msg: Built, _: &mut SyncContext<Self>) {
+        self.building = None;
+        match msg.result {
+            Ok(stats) => {
+                self.index = Some(msg.index);
+                self.built = Some(stats);
+            }
+            // The next search opens the index again and starts over.
+            Err(e) => eprintln!("gm: building the search index failed: {e}"),
+        }
     }
 }
 
@@ -104,6 +252,9 @@ impl Handler<Scanned> for SearchIndex {
     type Result = ();
     fn handle(&mut self, msg: Scanned, _: &mut SyncContext<Self>) {
         self.scanning = false;
+        if self.building.is_some() {
+            return; // the build scans for itself
+        }
         let result = msg.0.map_err(|e| e.to_string()).and_then(|scan| {
             let index = self.index().map_err(|e| e.to_string())?;
             index.apply(scan).map_err(|e| e.to_string())

@@ -7,7 +7,7 @@
 //! because a segment only holds the files indexed while it was written: the segments whose
 //! smallest and largest values leave the file out are skipped without reading them.
 
-use tantivy::columnar::Column;
+use tantivy::columnar::{Column, ColumnIndex};
 use tantivy::query::{ConstScorer, EmptyScorer, EnableScoring, Explanation, Query, Scorer, Weight};
 use tantivy::{DocId, DocSet, Score, SegmentReader, TantivyError, TERMINATED};
 
@@ -34,29 +34,69 @@ pub fn file(loc: u64) -> u64 {
     loc >> LINE_BITS
 }
 
-/// Matches every line of one file.
+/// Matches every line of a set of files: the files a commit replaces or drops, deleted with
+/// one query, so that a branch switch touching thousands of files reads each segment's column
+/// once instead of once per file.
 #[derive(Debug, Clone)]
-pub struct FileLines(pub u64);
-
-impl Query for FileLines {
-    fn weight(&self, _: EnableScoring<'_>) -> tantivy::Result<Box<dyn Weight>> {
-        Ok(Box::new(self.clone()))
-    }
+pub struct FilesLines {
+    /// Sorted, without duplicates.
+    ids: Vec<u64>,
 }
 
-impl FileLines {
+impl FilesLines {
+    pub fn new(mut ids: Vec<u64>) -> Self {
+        ids.sort_unstable();
+        ids.dedup();
+        Self { ids }
+    }
+
     fn docs(&self, reader: &SegmentReader) -> tantivy::Result<Vec<DocId>> {
         let column: Column<u64> = reader.fast_fields().u64(FIELD)?;
-        let range = pack(self.0, 0)..=pack(self.0, (1 << LINE_BITS) - 1);
+        let (min, max) = (file(column.min_value()), file(column.max_value()));
+        // A segment holds the files indexed while it was written: most are skipped here.
+        let ids: Vec<u64> = self.ids.iter().copied().filter(|id| (min..=max).contains(id)).collect();
         let mut docs = Vec::new();
-        if *range.end() >= column.min_value() && *range.start() <= column.max_value() {
-            column.get_docids_for_value_range(range, 0..reader.max_doc(), &mut docs);
+        if ids.is_empty() {
+            return Ok(docs);
+        }
+        if ids.len() <= 8 || !matches!(column.index, ColumnIndex::Full) {
+            for id in ids {
+                let mut these = Vec::new();
+                column.get_docids_for_value_range(
+                    pack(id, 0)..=pack(id, (1 << LINE_BITS) - 1),
+                    0..reader.max_doc(),
+                    &mut these,
+                );
+                docs.extend(these);
+            }
+            docs.sort_unstable();
+            docs.dedup();
+            return Ok(docs);
+        }
+        // Many files: one pass over the column, every document's file looked up in the set.
+        let mut values = vec![0u64; 4096];
+        let mut start = 0u32;
+        while start < reader.max_doc() {
+            let n = (reader.max_doc() - start).min(values.len() as u32) as usize;
+            column.values.get_range(u64::from(start), &mut values[..n]);
+            for (i, &at) in values[..n].iter().enumerate() {
+                if ids.binary_search(&file(at)).is_ok() {
+                    docs.push(start + i as u32);
+                }
+            }
+            start += n as u32;
         }
         Ok(docs)
     }
 }
 
-impl Weight for FileLines {
+impl Query for FilesLines {
+    fn weight(&self, _: EnableScoring<'_>) -> tantivy::Result<Box<dyn Weight>> {
+        Ok(Box::new(self.clone()))
+    }
+}
+
+impl Weight for FilesLines {
     fn scorer(&self, reader: &SegmentReader, boost: Score) -> tantivy::Result<Box<dyn Scorer>> {
         let docs = self.docs(reader)?;
         if docs.is_empty() {
@@ -67,9 +107,9 @@ impl Weight for FileLines {
 
     fn explain(&self, reader: &SegmentReader, doc: DocId) -> tantivy::Result<Explanation> {
         if self.docs(reader)?.contains(&doc) {
-            Ok(Explanation::new("a line of the file", 1.0))
+            Ok(Explanation::new("a line of one of the files", 1.0))
         } else {
-            Err(TantivyError::InvalidArgument(format!("document {doc} is not a line of file {}", self.0)))
+            Err(TantivyError::InvalidArgument(format!("document {doc} is not a line of those files")))
         }
     }
 }
@@ -108,8 +148,9 @@ mod tests {
         assert!(pack(3, (1 << LINE_BITS) - 1) < pack(4, 0), "a file's lines sort before the next file's");
     }
 
-    #[test]
-    fn deleting_a_files_lines_takes_them_from_every_segment_and_nothing_else() -> tantivy::Result<()> {
+    /// The (file, line) locations left after indexing `segments` (each committed on its own,
+    /// as (file, lines) pairs) and committing the `deletes` (each one query).
+    fn left_after(segments: &[Vec<(u64, u64)>], deletes: &[Vec<u64>]) -> tantivy::Result<Vec<(u64, u64)>> {
         use tantivy::collector::DocSetCollector;
         use tantivy::query::AllQuery;
         use tantivy::schema::{Schema, FAST, TEXT};
@@ -119,8 +160,7 @@ mod tests {
         let (at, text) = (b.add_u64_field(FIELD, FAST), b.add_text_field("text", TEXT));
         let index = Index::create_in_ram(b.build());
         let mut writer: IndexWriter = index.writer_with_num_threads(1, 15_000_000)?;
-        // Three segments: files 1 and 2; file 3 and a later version of file 1; file 9 alone.
-        for segment in [&[(1, 3), (2, 2)][..], &[(3, 2), (1, 1)], &[(9, 4)]] {
+        for segment in segments {
             for &(file, lines) in segment {
                 for line in 1..=lines {
                     writer.add_document(doc!(at => pack(file, line), text => "some words"))?;
@@ -128,17 +168,42 @@ mod tests {
             }
             writer.commit()?;
         }
-        writer.delete_query(Box::new(FileLines(1)))?;
-        writer.delete_query(Box::new(FileLines(5)))?; // no such file: deletes nothing
+        for ids in deletes {
+            writer.delete_query(Box::new(FilesLines::new(ids.clone())))?;
+        }
         writer.commit()?;
         let searcher = index.reader()?.searcher();
-        let mut left: Vec<(u64, u64)> = Vec::new();
+        let mut left = Vec::new();
         for addr in searcher.search(&AllQuery, &DocSetCollector)? {
             let column = searcher.segment_reader(addr.segment_ord).fast_fields().u64(FIELD)?;
             left.extend(column.first(addr.doc_id).map(unpack));
         }
         left.sort_unstable();
+        Ok(left)
+    }
+
+    #[test]
+    fn deleting_a_files_lines_takes_them_from_every_segment_and_nothing_else() -> tantivy::Result<()> {
+        // Three segments: files 1 and 2; file 3 and a later version of file 1; file 9 alone.
+        // File 5 does not exist: its delete deletes nothing.
+        let segments = [vec![(1, 3), (2, 2)], vec![(3, 2), (1, 1)], vec![(9, 4)]];
+        let left = left_after(&segments, &[vec![1], vec![5]])?;
         assert_eq!(left, [(2, 1), (2, 2), (3, 1), (3, 2), (9, 1), (9, 2), (9, 3), (9, 4)]);
+        Ok(())
+    }
+
+    #[test]
+    fn deleting_many_files_lines_at_once_takes_exactly_theirs() -> tantivy::Result<()> {
+        // Two segments of 40 files each, three lines per file.
+        let segments = [(1..=40u64).map(|f| (f, 3)).collect(), (41..=80u64).map(|f| (f, 3)).collect()];
+        // Many ids (the one-pass path) and a few (the range path), some of them absent.
+        let many: Vec<u64> = (1..=80).filter(|f| f % 3 == 0).chain([500, 900]).collect();
+        let left = left_after(&segments, &[many, vec![2, 2, 77, 1000]])?;
+        let mut files: Vec<u64> = left.iter().map(|&(f, _)| f).collect();
+        files.dedup();
+        let expected: Vec<u64> = (1..=80).filter(|f| f % 3 != 0 && *f != 2 && *f != 77).collect();
+        assert_eq!(files, expected);
+        assert_eq!(left.len(), expected.len() * 3);
         Ok(())
     }
 }

@@ -8,6 +8,7 @@ pub mod grep;
 pub mod index;
 pub mod index_actor;
 pub mod loc;
+pub mod provisional;
 pub mod tokenizer;
 pub mod tracked;
 pub mod wiki;

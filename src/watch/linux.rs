@@ -1,0 +1,180 @@
+//! The inotify backend: one watch per directory of the workspace that git does not ignore,
+//! plus git's directory (non-recursive: `index`, `HEAD`) and the cookie directory.
+//!
+//! Only events that mean a change are asked for (no `IN_OPEN`/`IN_ACCESS`): reads by grep and
+//! search would otherwise flood the queue, which holds 16384 events by default.
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use inotify::{EventMask, Inotify, WatchMask, Watches};
+
+use super::{is_tracked_marker, relative, Layout, Sink};
+
+/// What a watch descriptor stands for.
+enum Target {
+    Dir(PathBuf),
+    Git,
+    Cookies,
+}
+
+struct Tree<'a> {
+    layout: &'a Layout,
+    watches: Watches,
+    targets: HashMap<i32, Target>,
+    repo: Option<git2::Repository>,
+    sink: Arc<dyn Sink>,
+}
+
+fn dir_mask() -> WatchMask {
+    WatchMask::CREATE
+        | WatchMask::DELETE
+        | WatchMask::MODIFY
+        | WatchMask::CLOSE_WRITE
+        | WatchMask::ATTRIB
+        | WatchMask::MOVED_FROM
+        | WatchMask::MOVED_TO
+        | WatchMask::DELETE_SELF
+        | WatchMask::MOVE_SELF
+}
+
+pub(super) fn run(layout: &Layout, sink: Arc<dyn Sink>, ready: impl FnOnce(&'static str, u64)) -> Result<(), String> {
+    let mut inotify = Inotify::init().map_err(|e| format!("inotify is not available: {e}"))?;
+    let mut tree = Tree {
+        layout,
+        watches: inotify.watches(),
+        targets: HashMap::new(),
+        repo: git2::Repository::discover(&layout.workspace).ok(),
+        sink,
+    };
+    let cookies = tree
+        .watches
+        .add(&layout.cookie_dir, WatchMask::CREATE)
+        .map_err(|e| format!("cannot watch {}: {e}", layout.cookie_dir.display()))?;
+    tree.targets.insert(cookies.get_watch_descriptor_id(), Target::Cookies);
+    if let Some(git) = &layout.git_dir {
+        let wd = tree
+            .watches
+            .add(git, WatchMask::CLOSE_WRITE | WatchMask::MOVED_TO | WatchMask::CREATE | WatchMask::DELETE)
+            .map_err(|e| watch_error(git, &e))?;
+        tree.targets.insert(wd.get_watch_descriptor_id(), Target::Git);
+    }
+    let root = layout.workspace.clone();
+    tree.watch_tree(&root, false)?;
+    ready("inotify", tree.dirs());
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        let events = inotify.read_events_blocking(&mut buffer).map_err(|e| format!("reading inotify events: {e}"))?;
+        for event in events {
+            tree.on_event(event.wd.get_watch_descriptor_id(), event.mask, event.name)?;
+        }
+    }
+}
+
+/// The limit on watches is the error users meet; it gets the setting to raise.
+fn watch_error(path: &Path, e: &std::io::Error) -> String {
+    if e.kind() == std::io::ErrorKind::StorageFull {
+        let limit = std::fs::read_to_string("/proc/sys/fs/inotify/max_user_watches").unwrap_or_default();
+        format!(
+            "inotify's watch limit is reached (fs.inotify.max_user_watches = {}) at {}: raise it with sysctl, or searches rescan instead",
+            limit.trim(),
+            path.display()
+        )
+    } else {
+        format!("cannot watch {}: {e}", path.display())
+    }
+}
+
+impl Tree<'_> {
+    fn dirs(&self) -> u64 {
+        self.targets.values().filter(|t| matches!(t, Target::Dir(_))).count() as u64
+    }
+
+    /// Watches `dir` and every directory under it that git does not ignore. With `report`,
+    /// every file found is reported changed: it may have been written before its directory
+    /// was watched.
+    fn watch_tree(&mut self, dir: &Path, report: bool) -> Result<(), String> {
+        let state_dir = self.layout.state_dir.clone();
+        let walker = ignore::WalkBuilder::new(dir)
+            .hidden(false)
+            .require_git(false)
+            .filter_entry(move |e| e.file_name() != OsStr::new(".git") && e.path() != state_dir)
+            .build();
+        for entry in walker.filter_map(Result::ok) {
+            let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
+            if is_dir {
+                match self.watches.add(entry.path(), dir_mask()) {
+                    Ok(wd) => {
+                        self.targets.insert(wd.get_watch_descriptor_id(), Target::Dir(entry.path().to_owned()));
+                    }
+                    // Gone again before it could be watched: its parent's events cover it.
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(watch_error(entry.path(), &e)),
+                }
+            }
+            if report {
+                if let Some(rel) = relative(&self.layout.workspace, entry.path()) {
+                    self.sink.changed(rel);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn ignored(&self, path: &Path) -> bool {
+        if path.starts_with(&self.layout.state_dir) || path.file_name() == Some(OsStr::new(".git")) {
+            return true;
+        }
+        let Some(repo) = &self.repo else { return false };
+        let Some(workdir) = repo.workdir() else { return false };
+        match path.strip_prefix(workdir) {
+            Ok(rel) => repo.status_should_ignore(rel).unwrap_or(false),
+            Err(_) => false,
+        }
+    }
+
+    fn on_event(&mut self, wd: i32, mask: EventMask, name: Option<&OsStr>) -> Result<(), String> {
+        if mask.contains(EventMask::Q_OVERFLOW) {
+            self.sink.overflowed();
+            return Ok(());
+        }
+        if mask.contains(EventMask::IGNORED) {
+            self.targets.remove(&wd);
+            return Ok(());
+        }
+        let Some(target) = self.targets.get(&wd) else { return Ok(()) };
+        match target {
+            Target::Cookies => {
+                if let Some(name) = name.and_then(OsStr::to_str) {
+                    self.sink.cookie(name);
+                }
+            }
+            Target::Git => {
+                if name.and_then(OsStr::to_str).is_some_and(is_tracked_marker) {
+                    self.sink.tracked_changed();
+                }
+            }
+            Target::Dir(dir) => {
+                let path = match name {
+                    Some(name) => dir.join(name),
+                    // An event on the directory itself (deleted or moved away).
+                    None => dir.clone(),
+                };
+                if self.ignored(&path) {
+                    return Ok(());
+                }
+                if let Some(rel) = relative(&self.layout.workspace, &path) {
+                    self.sink.changed(rel);
+                }
+                let new_dir = mask.contains(EventMask::ISDIR)
+                    && (mask.contains(EventMask::CREATE) || mask.contains(EventMask::MOVED_TO));
+                if new_dir {
+                    self.watch_tree(&path, true)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,64 @@
+//! The call-site index's cache outlives gm: the real binary, restarted over the same workspace.
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::{git, Gm};
+use serde_json::json;
+
+fn serve(dir: &Path) -> Gm {
+    let mut gm = Gm::start_in(dir, &["--surface", "tools"], &[]);
+    gm.initialize("2025-11-25");
+    gm
+}
+
+/// The cache is written off the reply's path: waits until it is there.
+fn wait_for_cache(dir: &Path) {
+    let file = dir.join(".gm/calls/cache.bin");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !file.exists() {
+        assert!(Instant::now() < deadline, "no call-site cache at {}", file.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn callers_after_a_restart_answers_from_the_saved_cache_and_sees_what_changed_meanwhile() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = &dir.path().canonicalize().expect("canonical");
+    std::fs::write(d.join("db.ts"), "export function query(s: string) { return s; }\nquery('a');\n").expect("write");
+    std::fs::write(d.join("app.ts"), "import { query } from './db';\nexport const all = () => query('*');\n")
+        .expect("write");
+    std::fs::write(d.join("old.js"), "query();\n").expect("write");
+    git(d, &["init", "-q"]);
+    git(d, &["add", "."]);
+
+    let mut gm = serve(d);
+    let r = gm.call_ok("callers", json!({ "symbol": "query" }));
+    assert_eq!((r["filesParsed"].as_u64(), r["total"].as_u64()), (Some(3), Some(3)));
+    wait_for_cache(d);
+    gm.close_stdin();
+    gm.wait_exit(Duration::from_secs(10)).expect("gm exits");
+
+    let mut gm = serve(d);
+    let r = gm.call_ok("callers", json!({ "symbol": "query" }));
+    assert_eq!((r["filesParsed"].as_u64(), r["total"].as_u64()), (Some(0), Some(3)), "{r}");
+    gm.close_stdin();
+    gm.wait_exit(Duration::from_secs(10)).expect("gm exits");
+
+    // While no gm runs: one file gains a call, one is deleted.
+    std::fs::write(
+        d.join("app.ts"),
+        "import { query } from './db';\nexport const all = () => query('*');\nquery('b');\n",
+    )
+    .expect("write");
+    git(d, &["rm", "-q", "-f", "old.js"]);
+    let mut gm = serve(d);
+    let r = gm.call_ok("callers", json!({ "symbol": "query" }));
+    assert_eq!(r["filesParsed"], 1, "{r}");
+    let sites: Vec<String> =
+        r["callers"].as_array().expect("callers").iter().map(|c| format!("{}:{}", c["path"], c["line"])).collect();
+    assert_eq!(sites, ["\"app.ts\":2", "\"app.ts\":3", "\"db.ts\":2"]);
+}
