@@ -238,3 +238,25 @@ fn a_provisional_answer_comes_through_run_code_too() {
     assert_eq!(r["provisional"], true, "{r}");
     assert_eq!(hits(&r), ["src/beta.rs:2"]);
 }
+
+#[test]
+fn a_file_changed_outside_gm_ranks_with_the_index_scores_before_it_is_reindexed() {
+    let (dir, mut gm) = repo(&["--surface", "tools"], &[]);
+    let d = dir.path();
+    write(d, "src/alpha.rs", "fn alpha() {\n    let sharedWord = 1;\n}\n");
+    write(d, "src/beta.rs", "fn beta() {\n    let sharedWord = 1;\n}\n");
+    git(d, &["add", "."]);
+    let r = gm.call_ok("search", json!({ "query": "shared word" }));
+    assert_eq!(hits(&r).len(), 2, "{r}");
+    // Rounds of an edit outside gm and a search at once: the edited file is read as it is
+    // now and scored with the index's statistics, so the same line scores the same.
+    for i in 0..10 {
+        write(d, "src/alpha.rs", &format!("fn alpha{i}() {{\n    let sharedWord = 1;\n}}\n"));
+        let r = gm.call_ok("search", json!({ "query": "shared word" }));
+        assert_eq!(hits(&r), ["src/alpha.rs:2", "src/beta.rs:2"], "round {i}: {r}");
+        let (a, b) = (r["hits"][0]["score"].as_f64().expect("score"), r["hits"][1]["score"].as_f64().expect("score"));
+        assert!((a - b).abs() <= 1e-4 * b, "round {i}: {a} vs {b}");
+        let r = gm.call_ok("search", json!({ "query": format!("alpha{i}") }));
+        assert_eq!(hits(&r), ["src/alpha.rs:1"], "round {i}: {r}");
+    }
+}

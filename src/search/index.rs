@@ -3,8 +3,10 @@
 //!
 //! Freshness: the first search builds the index (scanning every tracked file's size and
 //! mtime). After that, the workspace watcher (`crate::watch`) says which files changed, whoever
-//! changed them, and a search reindexes those first ([`LineIndex::update_dirty`]), or scans
-//! the tracked set again when git's index moved. Without a watcher, a search answers from the
+//! changed them, and a search reads a few changed files as they are now, scored with this
+//! index's statistics ([`LineIndex::search_with_pending`], reindexed after the reply), reindexes
+//! more of them first ([`LineIndex::update_dirty`]), or scans the tracked set again when git's
+//! index moved. Without a watcher, a search answers from the
 //! index it has and, when the last scan is older than [`RESCAN_MIN`] (or thirty times the last
 //! scan's duration, on big trees), starts a new scan on a thread of its own, at a low priority.
 //! Files whose size or mtime changed are reindexed and removed files dropped; files written
@@ -29,7 +31,8 @@ use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy};
 
 use super::batch::{Batcher, Fields, LineDoc};
 use super::loc;
-use super::tokenizer::{has_words, terms_query, CodeTokenizer};
+use super::provisional::{self, IndexStats, ProvisionalFile};
+use super::tokenizer::{has_words, terms_query, words, CodeTokenizer};
 use super::tracked::tracked_files;
 
 /// A search finding the last scan older than this starts another (in the background).
@@ -431,21 +434,7 @@ impl LineIndex {
     /// tracked yet: `git add` changes git's index, and the watcher says so.
     pub fn update_dirty(&mut self, paths: &BTreeSet<String>) -> Result<Option<RefreshStats>, IndexError> {
         let started = Instant::now();
-        let mut rels: Vec<String> = Vec::new();
-        for path in paths {
-            if self.manifest.files.contains_key(path) {
-                rels.push(path.clone());
-                continue;
-            }
-            let under = format!("{path}/");
-            let before = rels.len();
-            rels.extend(self.manifest.files.keys().filter(|k| k.starts_with(&under)).cloned());
-            if rels.len() == before && !self.in_git && self.workspace.join(path).is_file() {
-                return Ok(None);
-            }
-        }
-        rels.sort();
-        rels.dedup();
+        let Some(rels) = self.resolve_dirty(paths) else { return Ok(None) };
         let mut stats = RefreshStats { files: rels.len() as u64, ..Default::default() };
         let bytes: u64 = rels
             .iter()
@@ -465,6 +454,42 @@ impl LineIndex {
         back?;
         stats.ms = started.elapsed().as_millis() as u64;
         Ok(Some(stats))
+    }
+
+    /// The indexed files the watcher's `paths` stand for (a path may be a directory that went
+    /// away); `None` when they need the tracked list read again (see [`Self::update_dirty`]).
+    pub fn resolve_dirty(&self, paths: &BTreeSet<String>) -> Option<Vec<String>> {
+        let mut rels: Vec<String> = Vec::new();
+        for path in paths {
+            if self.manifest.files.contains_key(path) {
+                rels.push(path.clone());
+                continue;
+            }
+            let under = format!("{path}/");
+            let before = rels.len();
+            rels.extend(self.manifest.files.keys().filter(|k| k.starts_with(&under)).cloned());
+            if rels.len() == before && !self.in_git && self.workspace.join(path).is_file() {
+                return None;
+            }
+        }
+        rels.sort();
+        rels.dedup();
+        Some(rels)
+    }
+
+    /// The statistics this index scores `query` with (see [`IndexStats`]).
+    fn stats_for(&self, searcher: &tantivy::Searcher, query: &str) -> Result<IndexStats, IndexError> {
+        let mut docs = 0u64;
+        let mut tokens = 0u64;
+        for segment in searcher.segment_readers() {
+            docs += u64::from(segment.max_doc());
+            tokens += segment.inverted_index(self.fields.text)?.total_num_tokens();
+        }
+        let mut df = Vec::new();
+        for word in words(query) {
+            df.push(searcher.doc_freq(&tantivy::Term::from_field_text(self.fields.text, &word))?);
+        }
+        Ok(IndexStats { docs, average: tokens as f32 / docs.max(1) as f32, df })
     }
 
     fn reindex_each(&mut self, rels: &[String], stats: &mut RefreshStats) -> Result<(), IndexError> {
@@ -599,17 +624,35 @@ impl LineIndex {
     /// The `limit` best lines for `query`, optionally only in files whose path starts with
     /// `prefix`. A query without any word finds nothing.
     pub fn search(&self, query: &str, limit: usize, prefix: Option<&str>) -> Result<Vec<SearchHit>, IndexError> {
-        let Some(query) = terms_query(&[self.fields.text], query, IndexRecordOption::WithFreqs) else {
+        self.search_with_pending(query, limit, prefix, &BTreeSet::new())
+    }
+
+    /// [`Self::search`], where the `pending` files (changed since they were indexed) are read
+    /// as they are now and scored with this index's statistics, in place of their indexed
+    /// lines: a search right after an edit does not wait for the edit's commit.
+    pub fn search_with_pending(
+        &self,
+        text: &str,
+        limit: usize,
+        prefix: Option<&str>,
+        pending: &BTreeSet<String>,
+    ) -> Result<Vec<SearchHit>, IndexError> {
+        let Some(query) = terms_query(&[self.fields.text], text, IndexRecordOption::WithFreqs) else {
             return Ok(Vec::new());
         };
         let searcher = self.reader.searcher();
-        let top = match prefix {
-            None => searcher.search(&*query, &TopDocs::with_limit(limit))?,
-            Some(prefix) => {
+        let top = match (prefix, pending.is_empty()) {
+            (None, true) => searcher.search(&*query, &TopDocs::with_limit(limit))?,
+            _ => {
                 // Filtering by file id while collecting keeps the page full, however few of
-                // the best lines are under the prefix.
+                // the best lines are under the prefix or outside the pending files.
                 let mut allowed = vec![0u64; (self.manifest.next_id / 64 + 1) as usize];
-                for (_, state) in self.manifest.files.iter().filter(|(rel, _)| rel.starts_with(prefix)) {
+                let kept = self
+                    .manifest
+                    .files
+                    .iter()
+                    .filter(|(rel, _)| prefix.is_none_or(|p| rel.starts_with(p)) && !pending.contains(*rel));
+                for (_, state) in kept {
                     allowed[(state.id / 64) as usize] |= 1 << (state.id % 64);
                 }
                 let allowed = Arc::new(allowed);
@@ -636,6 +679,21 @@ impl LineIndex {
             let [before, text, after] = lines_around(text, line);
             hits.push(SearchHit { path: rel.clone(), line, text: text.unwrap_or_default(), score, before, after });
         }
+        if pending.is_empty() {
+            return Ok(hits);
+        }
+        let files: Vec<ProvisionalFile> = pending
+            .iter()
+            .filter_map(|rel| {
+                let path = self.workspace.join(rel);
+                let meta = std::fs::metadata(&path).ok().filter(std::fs::Metadata::is_file)?;
+                Some(ProvisionalFile { rel: rel.clone(), path, size: meta.len() })
+            })
+            .collect();
+        let stats = self.stats_for(&searcher, text)?;
+        hits.extend(provisional::search_like_index(&files, text, limit, prefix, &stats));
+        hits.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| (&a.path, a.line).cmp(&(&b.path, b.line))));
+        hits.truncate(limit);
         Ok(hits)
     }
 }

@@ -6,6 +6,7 @@
 //! the first searches are answered from a scan of the files ([`super::provisional`], marked
 //! `provisional`) while the index builds on a thread of its own, which hands it back when done.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use actix::prelude::*;
@@ -30,7 +31,16 @@ pub struct SearchIndex {
     building: Option<Vec<ProvisionalFile>>,
     /// What the background build did, for the first reply after it.
     built: Option<RefreshStats>,
+    /// Files the watcher saw change that are not reindexed yet: searches read them as they
+    /// are now (see [`LineIndex::search_with_pending`]) and a [`Flush`] after the reply
+    /// reindexes them, so a search right after an edit does not wait for the commit.
+    pending: BTreeSet<String>,
 }
+
+/// At most this many changed files are read at search time rather than reindexed first.
+const PENDING_FILES: usize = 64;
+/// And at most this many bytes of them.
+const PENDING_BYTES: u64 = 8 << 20;
 
 /// Trees up to this many bytes are indexed before the first search answers (about half a
 /// second of building); bigger ones get a provisional answer. `GM_SEARCH_SYNC_BYTES` sets it.
@@ -42,7 +52,17 @@ fn sync_build_bytes() -> u64 {
 
 impl SearchIndex {
     pub fn new(workspace: PathBuf, dir: PathBuf, changes: Subscription) -> Self {
-        Self { workspace, dir, index: None, scanning: false, changes, watched: false, building: None, built: None }
+        Self {
+            workspace,
+            dir,
+            index: None,
+            scanning: false,
+            changes,
+            watched: false,
+            building: None,
+            built: None,
+            pending: BTreeSet::new(),
+        }
     }
 
     /// Builds the index on a thread of its own from `scan`; the index comes back as [`Built`].
@@ -142,6 +162,24 @@ pub struct Touched(pub Vec<String>);
 #[rtype(result = "()")]
 struct Scanned(Result<Scan, String>);
 
+/// Reindex the pending files now.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Flush;
+
+impl Handler<Flush> for SearchIndex {
+    type Result = ();
+    fn handle(&mut self, _: Flush, _: &mut SyncContext<Self>) {
+        let pending = std::mem::take(&mut self.pending);
+        let Some(index) = self.index.as_mut().filter(|_| !pending.is_empty()) else { return };
+        if let Err(e) = index.update_dirty(&pending) {
+            // They are read from disk at the next search instead; the watcher saw them.
+            eprintln!("gm: reindexing changed files failed: {e}");
+            self.pending = pending;
+        }
+    }
+}
+
 /// The background build is done: the index comes back.
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -195,18 +233,36 @@ impl Handler<Search> for SearchIndex {
                 }
             }
         }
-        let index = self.index().map_err(|e| e.to_string())?;
+        let mut pending = std::mem::take(&mut self.pending);
+        let index = self.index.as_mut().ok_or("the search index is not open")?;
         let first = !index.is_scanned();
         let (mut refreshed, fresh) = match changes {
             Changes::Watched(dirty) => {
                 let refreshed = if first || dirty.all || dirty.tracked {
+                    pending.clear(); // a full refresh reindexes them too
                     Some(index.refresh().map_err(|e| e.to_string())?)
                 } else if dirty.paths.is_empty() {
                     None
                 } else {
-                    match index.update_dirty(&dirty.paths).map_err(|e| e.to_string())? {
-                        Some(stats) => Some(stats),
-                        None => Some(index.refresh().map_err(|e| e.to_string())?),
+                    match index.resolve_dirty(&dirty.paths) {
+                        Some(rels) => {
+                            pending.extend(rels);
+                            let bytes: u64 = pending
+                                .iter()
+                                .filter_map(|rel| std::fs::metadata(workspace.join(rel)).ok())
+                                .map(|m| m.len())
+                                .sum();
+                            if pending.len() > PENDING_FILES || bytes > PENDING_BYTES {
+                                let stats = index.update_dirty(&std::mem::take(&mut pending));
+                                stats.map_err(|e| e.to_string())?
+                            } else {
+                                None
+                            }
+                        }
+                        None => {
+                            pending.clear();
+                            Some(index.refresh().map_err(|e| e.to_string())?)
+                        }
                     }
                 };
                 (refreshed, "watch")
@@ -218,7 +274,14 @@ impl Handler<Search> for SearchIndex {
             }
         };
         index.reload_if_changed().map_err(|e| e.to_string())?;
-        let hits = index.search(&msg.query, msg.limit, msg.path_prefix.as_deref()).map_err(|e| e.to_string())?;
+        let hits = index
+            .search_with_pending(&msg.query, msg.limit, msg.path_prefix.as_deref(), &pending)
+            .map_err(|e| e.to_string())?;
+        if !pending.is_empty() {
+            // Reindexed after this reply, before the next message is handled.
+            ctx.address().do_send(Flush);
+        }
+        self.pending = pending;
         if refreshed.is_none() {
             refreshed = self.built.take();
         }

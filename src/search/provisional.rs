@@ -82,6 +82,39 @@ pub fn search(files: &[ProvisionalFile], query: &str, limit: usize, prefix: Opti
     search_with(files, query, limit, prefix, Candidates::Prefiltered)
 }
 
+/// A built index's statistics for one query, so that lines scored here rank among its own
+/// hits: the documents (lines) it holds, their average token count, and each of the query's
+/// terms' document frequency, in the order of [`words`].
+#[derive(Debug, Clone)]
+pub struct IndexStats {
+    pub docs: u64,
+    pub average: f32,
+    pub df: Vec<u64>,
+}
+
+/// [`search`] scored with a built index's statistics instead of the scan's: for files whose
+/// indexed lines are out of date, read as they are now and merged into the index's answer.
+pub fn search_like_index(
+    files: &[ProvisionalFile],
+    query: &str,
+    limit: usize,
+    prefix: Option<&str>,
+    stats: &IndexStats,
+) -> Vec<SearchHit> {
+    let Some(parsed) = Query::new(query) else { return Vec::new() };
+    if limit == 0 || stats.df.len() != parsed.terms.len() {
+        return Vec::new();
+    }
+    let files: Vec<&ProvisionalFile> =
+        files.iter().filter(|f| prefix.is_none_or(|p| f.rel.starts_with(p)) && f.size <= MAX_FILE_BYTES).collect();
+    if files.is_empty() {
+        return Vec::new();
+    }
+    let partials = scan(&files, &parsed, Candidates::Prefiltered);
+    let top = rank(&files, &parsed, &partials, limit, Some(stats));
+    hits(&files, top)
+}
+
 /// Which lines are tokenized: those the byte search finds, or (to check it) every line.
 #[derive(Clone, Copy, PartialEq)]
 enum Candidates {
@@ -107,7 +140,7 @@ fn search_with(
         return Vec::new();
     }
     let partials = scan(&files, &query, candidates);
-    let top = rank(&files, &query, &partials, limit);
+    let top = rank(&files, &query, &partials, limit, None);
     hits(&files, top)
 }
 
@@ -464,7 +497,13 @@ fn idf(df: u64, docs: u64) -> f32 {
 /// Scores the found lines with the statistics of all the partials (as tantivy scores a
 /// BooleanQuery of one should-clause per term: the sum of each present term's BM25) and keeps
 /// the `limit` best, best first.
-fn rank(files: &[&ProvisionalFile], query: &Query, partials: &[Partial], limit: usize) -> Vec<Ranked> {
+fn rank(
+    files: &[&ProvisionalFile],
+    query: &Query,
+    partials: &[Partial],
+    limit: usize,
+    index: Option<&IndexStats>,
+) -> Vec<Ranked> {
     let n = query.terms.len();
     let mut df = vec![0u64; n];
     let mut lines = 0u64;
@@ -481,7 +520,15 @@ fn rank(files: &[&ProvisionalFile], query: &Query, partials: &[Partial], limit: 
     let docs = ((lines as f64 * share).round() as u64).max(df.iter().copied().max().unwrap_or(0)).max(1);
     let average = if stats.with_words > 0 { (stats.tokens as f64 / stats.with_words as f64) as f32 } else { 1.0 };
     let average = average.max(f32::MIN_POSITIVE);
-    let weights: Vec<f32> = df.iter().map(|&d| idf(d, docs) * (1.0 + K1)).collect();
+    // A built index's statistics, when given, replace the scan's.
+    let (df, docs, average) = match index {
+        Some(ix) => {
+            let docs = ix.docs.max(ix.df.iter().copied().max().unwrap_or(0)).max(1);
+            (ix.df.clone(), docs, ix.average.max(f32::MIN_POSITIVE))
+        }
+        None => (df, docs, average),
+    };
+    let weights: Vec<f32> = df.iter().map(|&d| idf(d.min(docs), docs) * (1.0 + K1)).collect();
     let norms: Vec<f32> =
         (0..=255u8).map(|id| K1 * (1.0 - B + B * FieldNormReader::id_to_fieldnorm(id) as f32 / average)).collect();
     let mut by_path: Vec<u32> = (0..files.len() as u32).collect();
