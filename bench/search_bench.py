@@ -136,20 +136,25 @@ def freshness(a, k):
     record("search right after one file written outside gm (ms, median of 5; target < 30)",
            f"{ms:.1f} (all: {', '.join(f'{x:.0f}' for x in times)})", ms)
     gm.call("search", {"query": "gmoutsider0", "limit": 1})
-    # A branch switch from a shell: 1,000 files change and git's index moves.
-    git(k, "checkout", "-q", branch)
-    t = time.perf_counter()
-    r = gm.call("search", {"query": "gmbranchmarker", "limit": 500})
-    there = (time.perf_counter() - t) * 1000
-    assert len(r["hits"]) == min(500, len(names)), (len(r["hits"]), len(names))
-    refreshed = (r.get("refreshed") or {}).get("indexed")
-    git(k, "checkout", "-q", base)
-    t = time.perf_counter()
-    r = gm.call("search", {"query": "gmbranchmarker", "limit": 10})
-    back = (time.perf_counter() - t) * 1000
-    assert not r["hits"], r["hits"][:3]
-    record(f"search right after a shell `git checkout` changing {len(names)} files, there / back (ms; target < 2000)",
-           f"{there:.0f} / {back:.0f} (reindexed {refreshed} / {(r.get('refreshed') or {}).get('indexed')} files)", {"there": there, "back": back})
+    # A branch switch from a shell: 1,000 files change and git's index moves. Three rounds
+    # there and back, the medians.
+    theres, backs, refreshed = [], [], None
+    for _ in range(3):
+        git(k, "checkout", "-q", branch)
+        t = time.perf_counter()
+        r = gm.call("search", {"query": "gmbranchmarker", "limit": 500})
+        theres.append((time.perf_counter() - t) * 1000)
+        assert len(r["hits"]) == min(500, len(names)), (len(r["hits"]), len(names))
+        refreshed = (r.get("refreshed") or {}).get("indexed")
+        git(k, "checkout", "-q", base)
+        t = time.perf_counter()
+        r = gm.call("search", {"query": "gmbranchmarker", "limit": 10})
+        backs.append((time.perf_counter() - t) * 1000)
+        assert not r["hits"], r["hits"][:3]
+    there, back = statistics.median(theres), statistics.median(backs)
+    record(f"search right after a shell `git checkout` changing {len(names)} files, there / back (ms, median of 3; target < 2000)",
+           f"{there:.0f} / {back:.0f} (all: {', '.join(f'{x:.0f}' for x in theres)} / {', '.join(f'{x:.0f}' for x in backs)}; reindexed {refreshed} files)",
+           {"there": there, "back": back, "all_there": theres, "all_back": backs})
     # Idle: a gm watching the kernel, nothing changing.
     pid = gm.p.pid
     before = cpu_ticks(pid)

@@ -62,6 +62,8 @@ const BULK_HEAP: usize = 96 << 20;
 const SMALL_HEAP: usize = 15_000_000;
 /// A refresh reindexing more than this many bytes uses the bulk writer.
 const BULK_BYTES: u64 = 32 << 20;
+/// Or more than this many files (a branch switch): the bulk writer indexes on every core.
+const BULK_FILES: usize = 256;
 
 #[derive(Debug, thiserror::Error)]
 pub enum IndexError {
@@ -351,7 +353,7 @@ impl LineIndex {
             .filter(|s| self.manifest.files.get(&s.rel).is_none_or(|k| k.size != s.size || k.mtime_ns != s.mtime_ns))
             .collect();
         let bytes: u64 = changed.iter().map(|s| s.size.min(MAX_FILE_BYTES)).sum();
-        if bytes > BULK_BYTES {
+        if bytes > BULK_BYTES || changed.len() > BULK_FILES {
             self.use_writer(true)?;
         }
         let result = self.apply_changes(&scan, &changed, &mut stats);
@@ -442,7 +444,7 @@ impl LineIndex {
             .map(|m| m.len().min(MAX_FILE_BYTES))
             .sum();
         // A branch switch can touch thousands of files: those are indexed on every core.
-        if bytes > BULK_BYTES {
+        if bytes > BULK_BYTES || rels.len() > BULK_FILES {
             self.use_writer(true)?;
         }
         let result = self.reindex_each(&rels, &mut stats);

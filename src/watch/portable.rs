@@ -61,8 +61,23 @@ pub(super) fn run(layout: &Layout, sink: Arc<dyn Sink>, ready: impl FnOnce(&'sta
                 continue;
             } else if let Some(rel) = relative(&workspace, path) {
                 sink.changed(rel);
+                // A new directory: the crate may add its watch after things were made inside
+                // it (mkdir -p, a checkout), so watch it again and report what it holds.
+                if matches!(event.kind, EventKind::Create(_)) && path.is_dir() {
+                    let _ = watcher.watch(path, RecursiveMode::Recursive);
+                    report_tree(&workspace, path, sink.as_ref());
+                }
             }
         }
     }
     Err("the file watcher stopped".into())
+}
+
+/// Reports every file under `dir` changed: they may have been written before it was watched.
+fn report_tree(workspace: &Path, dir: &Path, sink: &dyn Sink) {
+    for entry in ignore::WalkBuilder::new(dir).hidden(false).require_git(false).build().filter_map(Result::ok) {
+        if let Some(rel) = relative(workspace, entry.path()) {
+            sink.changed(rel);
+        }
+    }
 }
