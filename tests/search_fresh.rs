@@ -260,3 +260,20 @@ fn a_file_changed_outside_gm_ranks_with_the_index_scores_before_it_is_reindexed(
         assert_eq!(hits(&r), ["src/alpha.rs:1"], "round {i}: {r}");
     }
 }
+
+#[test]
+fn callers_inside_run_code_sees_an_outside_edit_at_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    git(d, &["init", "-q"]);
+    write(d, "a.ts", "export function target() {}\n");
+    write(d, "b.ts", "import { target } from './a';\nfunction one() { target(); }\n");
+    git(d, &["add", "."]);
+    let mut gm = Gm::start_in(d, &[], &[]);
+    gm.ready();
+    let r = gm.js("return (await gm.callers({ symbol: 'target' })).total");
+    assert_eq!(r, 1);
+    write(d, "b.ts", "import { target } from './a';\nfunction one() { target(); target(); }\n");
+    let r = gm.js("return (await gm.callers({ symbol: 'target' })).total");
+    assert_eq!(r, 2);
+}

@@ -593,7 +593,6 @@ fn lines_around(text: &str, n: u64) -> [Option<String>; 3] {
 #[cfg(test)]
 mod tests {
     use std::path::Path;
-    use std::time::Instant;
 
     use super::*;
     use crate::search::index::LineIndex;
@@ -825,30 +824,6 @@ Last line without a newline: user";
             let fast = search_with(&files, query, 1000, None, Candidates::Prefiltered);
             let every = search_with(&files, query, 1000, None, Candidates::Every);
             assert_eq!(places(&fast), places(&every), "{query:?}");
-        }
-    }
-
-    /// Times a search of the tree in `GM_PROVISIONAL_TREE` for the words in
-    /// `GM_PROVISIONAL_WORDS` (comma-separated queries). Run it in release:
-    /// `GM_PROVISIONAL_TREE=/path cargo test --release --lib provisional -- --ignored --nocapture`.
-    #[test]
-    #[ignore]
-    fn time_a_search_of_a_large_tree() {
-        let Ok(tree) = std::env::var("GM_PROVISIONAL_TREE") else { return };
-        let words = std::env::var("GM_PROVISIONAL_WORDS").unwrap_or_else(|_| "mutex".into());
-        let started = Instant::now();
-        let files = files_of(Path::new(&tree));
-        let bytes: u64 = files.iter().map(|f| f.size).sum();
-        eprintln!("{} files, {} MB, listed and stat'ed in {:?}", files.len(), bytes >> 20, started.elapsed());
-        for query in words.split(',') {
-            let mut best = std::time::Duration::MAX;
-            let mut hits = Vec::new();
-            for _ in 0..5 {
-                let t = Instant::now();
-                hits = search(&files, query, 10, None);
-                best = best.min(t.elapsed());
-            }
-            eprintln!("{query:?}: best of 5 {best:?}; top: {:?}", hits.first().map(|h| (&h.path, h.line, h.score)));
         }
     }
 }
