@@ -164,16 +164,23 @@ fn a_wiki_page_edited_by_hand_is_found_at_once() {
     assert!(r["hits"][0]["line"].as_str().is_some_and(|l| l.contains("sharding")), "{r}");
 }
 
-#[test]
-fn callers_sees_a_call_added_outside_gm_at_once() {
+/// A git repository where b.ts calls a.ts's `target` once, and gm serving it (`args`), ready.
+fn ts_repo(args: &[&str]) -> (tempfile::TempDir, Gm) {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
     git(d, &["init", "-q"]);
     write(d, "a.ts", "export function target() {}\n");
     write(d, "b.ts", "import { target } from './a';\nfunction one() { target(); }\n");
     git(d, &["add", "."]);
-    let mut gm = Gm::start_in(d, &["--surface", "tools"], &[]);
+    let mut gm = Gm::start_in(d, args, &[]);
     gm.ready();
+    (dir, gm)
+}
+
+#[test]
+fn callers_sees_a_call_added_outside_gm_at_once() {
+    let (dir, mut gm) = ts_repo(&["--surface", "tools"]);
+    let d = dir.path();
     let r = gm.call_ok("callers", json!({ "symbol": "target" }));
     assert_eq!(r["callers"].as_array().map(Vec::len), Some(1), "{r}");
     write(d, "b.ts", "import { target } from './a';\nfunction one() { target(); }\nfunction two() { target(); }\n");
@@ -263,14 +270,8 @@ fn a_file_changed_outside_gm_ranks_with_the_index_scores_before_it_is_reindexed(
 
 #[test]
 fn callers_inside_run_code_sees_an_outside_edit_at_once() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let (dir, mut gm) = ts_repo(&[]);
     let d = dir.path();
-    git(d, &["init", "-q"]);
-    write(d, "a.ts", "export function target() {}\n");
-    write(d, "b.ts", "import { target } from './a';\nfunction one() { target(); }\n");
-    git(d, &["add", "."]);
-    let mut gm = Gm::start_in(d, &[], &[]);
-    gm.ready();
     let r = gm.js("return (await gm.callers({ symbol: 'target' })).total");
     assert_eq!(r, 1);
     write(d, "b.ts", "import { target } from './a';\nfunction one() { target(); target(); }\n");
