@@ -3,6 +3,7 @@
 //! lock, file locks, cancel tokens and [`sys`], the one module of OS calls. Nothing here knows
 //! about verbs, MCP shapes or JSON-RPC methods. `ARCHITECTURE.md` says what each module owns.
 
+pub mod builds;
 pub mod cancel;
 pub mod capture;
 pub mod clock;

@@ -158,6 +158,27 @@ pub async fn stop_signal() -> std::io::Result<i32> {
     })
 }
 
+/// The user's home directory: `$HOME`, or `%USERPROFILE%` on Windows. None when unset or empty.
+pub fn home_dir() -> Option<std::path::PathBuf> {
+    let var = if cfg!(windows) { "USERPROFILE" } else { "HOME" };
+    std::env::var_os(var).filter(|v| !v.is_empty()).map(std::path::PathBuf::from)
+}
+
+/// Points `link` at `target` (relative to the link's folder) by making a new link beside it and
+/// renaming it over the old one, so a reader sees the old or the new pointer, never none.
+pub fn point_link(dir: &std::path::Path, link: &std::path::Path, target: &std::path::Path) -> std::io::Result<()> {
+    let tmp = dir.join(format!(".link-{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    #[cfg(unix)]
+    std::os::unix::fs::symlink(target, &tmp)?;
+    // Windows: a directory symlink needs developer mode or the privilege; untested there.
+    #[cfg(windows)]
+    std::os::windows::fs::symlink_dir(target, &tmp)?;
+    std::fs::rename(&tmp, link).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
