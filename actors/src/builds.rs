@@ -296,7 +296,7 @@ fn prune(root: &Path, versions: &Path) {
         let modified = entry.metadata().and_then(|m| m.modified()).ok();
         staged.push((modified, PathBuf::from(name)));
     }
-    staged.sort_by(|a, b| b.0.cmp(&a.0));
+    staged.sort_by_key(|s| std::cmp::Reverse(s.0));
     for (_, name) in staged.into_iter().skip(KEEP_VERSIONS) {
         if !keep.contains(&name) {
             let _ = fs::remove_dir_all(versions.join(name));
