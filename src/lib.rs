@@ -16,6 +16,7 @@ pub mod gitignore;
 pub mod js;
 pub mod mcp_config;
 pub mod protocol;
+pub mod relay;
 pub mod run;
 pub mod run_state;
 pub mod search;

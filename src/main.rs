@@ -66,6 +66,19 @@ fn cli() -> Command {
                         .help(format!("Steps a run may take unless its task sets another budget [default: {DEFAULT_STEP_BUDGET}]")),
                 )
                 .arg(
+                    Arg::new("no-relay")
+                        .long("no-relay")
+                        .action(ArgAction::SetTrue)
+                        .help("Serve in this process, without the relay that restarts a worker that dies (for debugging and benchmarks)"),
+                )
+                .arg(
+                    // How the relay starts each worker: the server itself, with the restarts so far.
+                    Arg::new("worker")
+                        .long("worker")
+                        .value_parser(value_parser!(u32))
+                        .hide(true),
+                )
+                .arg(
                     Arg::new("page-size")
                         .long("page-size")
                         .value_parser(value_parser!(usize))
@@ -123,7 +136,17 @@ fn main() -> ExitCode {
     let matches = cli().get_matches();
     let Some((name, sub)) = matches.subcommand() else { return ExitCode::from(2) };
     if name == "serve" {
+        let worker = sub.get_one::<u32>("worker").copied();
+        if worker.is_none() && !sub.get_flag("no-relay") {
+            let code = gm::relay::run(gm::relay::RelayOptions {
+                serve_args: std::env::args_os().skip(2).collect(),
+                max_line_bytes: sub.get_one::<usize>("max-line-bytes").copied().unwrap_or(DEFAULT_MAX_LINE_BYTES),
+                log_path: gm::relay::log_path(&workspace_of(sub)),
+            });
+            return ExitCode::from(u8::try_from(code).unwrap_or(1));
+        }
         let opts = ServeOptions {
+            worker,
             workspace: workspace_of(sub),
             surface: sub.get_one::<Surface>("surface").copied().unwrap_or(Surface::Code),
             max_inflight: sub.get_one::<usize>("max-inflight").copied().unwrap_or(DEFAULT_MAX_INFLIGHT),

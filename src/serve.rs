@@ -50,6 +50,8 @@ pub struct ServeOptions {
     pub step_budget: u64,
     /// `--mcp-config`: a third layer of child server config.
     pub mcp_config: Option<PathBuf>,
+    /// Under the relay: how many workers it started before this one.
+    pub worker: Option<u32>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -175,6 +177,7 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
                 "version": env!("CARGO_PKG_VERSION"),
                 "workspace": workspace,
                 "surface": opts.surface.as_str(),
+                "relay": opts.worker.map(|restarts| json!({ "restarts": restarts })),
                 "maxInflight": opts.max_inflight,
                 "skills": skills.source(),
                 "previousSeq": report.last_seq,

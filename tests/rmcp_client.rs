@@ -97,3 +97,46 @@ async fn rmcp_client_uses_the_tools_surface_at_older_protocol_versions() {
         client.cancel().await.expect("close");
     }
 }
+
+/// The pids in the run log's `start` events, one per worker the relay started.
+fn worker_pids(workspace: &std::path::Path) -> Vec<i32> {
+    let log = std::fs::read_to_string(workspace.join(".gm/log.jsonl")).unwrap_or_default();
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["kind"] == "start")
+        .filter_map(|e| e["pid"].as_i64().map(|p| p as i32))
+        .collect()
+}
+
+#[tokio::test]
+async fn rmcp_client_survives_a_killed_worker_on_the_same_connection() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let client = ().serve(gm(dir.path(), "code")).await.expect("handshake");
+    client.read_resource(ReadResourceRequestParam { uri: "skill://gm/SKILL.md".into() }).await.expect("read");
+    let code = "await gm.write_file({ path: 'started', content: 'x' }); await gm.run_shell({ command: 'sleep 60' }); return 1;";
+    let peer = client.peer().clone();
+    let blocked = tokio::spawn(async move {
+        peer.call_tool(CallToolRequestParam { name: "run_code".into(), arguments: args(json!({ "code": code })) }).await
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !dir.path().join("started").exists() {
+        assert!(std::time::Instant::now() < deadline, "the body never started");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let first = worker_pids(dir.path())[0];
+    // SAFETY: kill(2) on the worker's pid, read from the log.
+    assert_eq!(unsafe { libc::kill(first, libc::SIGKILL) }, 0);
+
+    let lost = blocked.await.expect("task").expect("an answer, not a transport error");
+    assert_eq!(lost.is_error, Some(true));
+    let error = lost.structured_content.expect("structured")["error"].clone();
+    assert_eq!(error["code"], "worker_restarted", "{error}");
+
+    let r = client
+        .call_tool(CallToolRequestParam { name: "run_code".into(), arguments: args(json!({ "code": "return 'on';" })) })
+        .await
+        .expect("call after the restart");
+    assert_eq!(r.is_error, Some(false), "the gate is still open: {r:?}");
+    assert_eq!(worker_pids(dir.path()).len(), 2);
+    client.cancel().await.expect("close");
+}

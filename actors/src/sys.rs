@@ -179,6 +179,42 @@ pub fn point_link(dir: &std::path::Path, link: &std::path::Path, target: &std::p
     })
 }
 
+/// Sends `signal` to one process.
+pub fn signal_process(pid: u32, signal: i32) {
+    if let Ok(pid) = i32::try_from(pid) {
+        // SAFETY: kill(2) on one pid; no memory is touched.
+        unsafe { libc::kill(pid, signal) };
+    }
+}
+
+/// How a child process ended, for a person: `exit code 3`, or `SIGKILL` when a signal ended it.
+pub fn exit_cause(status: &std::process::ExitStatus) -> String {
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(signal) = status.signal() {
+            let core = if status.core_dumped() { " (core dumped)" } else { "" };
+            return format!("{}{core}", signal_name(signal));
+        }
+    }
+    match status.code() {
+        Some(code) => format!("exit code {code}"),
+        None => "an unknown cause".into(),
+    }
+}
+
+/// The exit code a shell gives a process that ended this way: its code, or 128 + the signal.
+pub fn exit_code_of(status: &std::process::ExitStatus) -> i32 {
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(signal) = status.signal() {
+            return 128 + signal;
+        }
+    }
+    status.code().unwrap_or(1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -70,6 +70,8 @@ pub const ERROR_CODES: &[(&str, &str)] = &[
     ("budget_exceeded", "A background run_code body ran past its hour and was interrupted."),
     ("out_of_memory", "The run_code body allocated more than 256 MiB."),
     ("engine_error", "The JavaScript engine failed to start or run the body."),
+    ("worker_restarted", "gm's worker process died (a crash, SIGKILL, the OOM killer) while the call ran; the relay started a new one and the connection goes on. The message names the cause; the call's effects may be partial."),
+    ("worker_failed", "gm's worker died five times within a minute and is not started again; the message names the causes and the run log. Restart the MCP server."),
     ("stopped_by_restart", "A background run_code body was running when gm stopped; background bodies do not survive a restart."),
 ];
 

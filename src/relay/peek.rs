@@ -1,0 +1,196 @@
+//! What the relay reads of a JSON-RPC line: its id, its method, whether it is a response, and
+//! the uri of a `resources/read`. Nothing else is parsed: the scan stops as soon as those are
+//! known, so a 60 MiB `result` or `params` after them is never walked.
+
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde_json::value::RawValue;
+
+/// The parts of one line the relay acts on.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Peek {
+    /// The id's JSON text (`7`, `"a"`), the key the relay tracks a call by.
+    pub id: Option<String>,
+    pub method: Option<String>,
+    /// The line has `result` or `error`: an answer, not a call.
+    pub response: bool,
+    /// `params.uri` of a `resources/read`.
+    pub uri: Option<String>,
+}
+
+impl Peek {
+    /// Reads what it can of `line`; a line that is not a JSON object peeks as nothing (the
+    /// worker answers it).
+    pub fn of(line: &[u8]) -> Peek {
+        let mut peek = Peek::default();
+        let mut de = serde_json::Deserializer::from_slice(line);
+        // Err is also how the scan stops early; what was read by then is kept.
+        let _ = (&mut de).deserialize_map(Scan { peek: &mut peek });
+        peek
+    }
+
+    /// A call that expects an answer.
+    pub fn is_request(&self) -> bool {
+        self.id.is_some() && self.method.is_some()
+    }
+
+    fn settled(&self) -> bool {
+        let known = match self.method.as_deref() {
+            Some("resources/read") => self.uri.is_some(),
+            Some(_) => true,
+            None => self.response,
+        };
+        self.id.is_some() && known
+    }
+}
+
+const DONE: &str = "gm-relay: seen enough";
+
+struct Scan<'a> {
+    peek: &'a mut Peek,
+}
+
+impl<'de> Visitor<'de> for Scan<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON-RPC message")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        // params seen before the method: kept as a slice of the line, read if it turns out to
+        // be a resources/read.
+        let mut early_params: Option<&'de RawValue> = None;
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            match key.as_ref() {
+                "id" => {
+                    let raw: &RawValue = map.next_value()?;
+                    self.peek.id = Some(raw.get().to_owned());
+                }
+                "method" => self.peek.method = Some(map.next_value::<String>()?),
+                "result" | "error" => {
+                    self.peek.response = true;
+                    if self.peek.id.is_some() {
+                        return Err(de::Error::custom(DONE));
+                    }
+                    map.next_value::<IgnoredAny>()?;
+                }
+                "params" if self.peek.method.as_deref() == Some("resources/read") => {
+                    map.next_value_seed(Uri { peek: self.peek })?;
+                }
+                "params" if self.peek.method.is_some() && self.peek.id.is_some() => {
+                    return Err(de::Error::custom(DONE));
+                }
+                "params" if self.peek.method.is_none() => early_params = Some(map.next_value()?),
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            if let (Some(raw), Some("resources/read")) = (early_params, self.peek.method.as_deref()) {
+                let mut de = serde_json::Deserializer::from_str(raw.get());
+                Uri { peek: self.peek }.deserialize(&mut de).map_err(de::Error::custom)?;
+                early_params = None;
+            }
+            if self.peek.settled() {
+                return Err(de::Error::custom(DONE));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `params` of a `resources/read`: only `uri` is kept.
+struct Uri<'a> {
+    peek: &'a mut Peek,
+}
+
+impl<'de> DeserializeSeed<'de> for Uri<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Uri<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("params")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            if key == "uri" {
+                self.peek.uri = Some(map.next_value::<String>()?);
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_gives_its_id_and_method() {
+        let p = Peek::of(br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x"}}"#);
+        assert_eq!(p.id.as_deref(), Some("7"));
+        assert_eq!(p.method.as_deref(), Some("tools/call"));
+        assert!(p.is_request() && !p.response);
+    }
+
+    #[test]
+    fn keys_in_any_order_are_found() {
+        let p = Peek::of(br#"{"params":{"a":[1,2,{"b":"}"}]},"method":"ping","id":"x y","jsonrpc":"2.0"}"#);
+        assert_eq!(p.id.as_deref(), Some(r#""x y""#));
+        assert_eq!(p.method.as_deref(), Some("ping"));
+    }
+
+    #[test]
+    fn a_response_is_told_from_a_call() {
+        let p = Peek::of(br#"{"jsonrpc":"2.0","id":3,"result":{"content":[]}}"#);
+        assert!(p.response);
+        assert_eq!(p.id.as_deref(), Some("3"));
+        let e = Peek::of(br#"{"jsonrpc":"2.0","error":{"code":1},"id":null}"#);
+        assert!(e.response);
+        assert_eq!(e.id.as_deref(), Some("null"));
+    }
+
+    #[test]
+    fn the_uri_of_a_resource_read_is_read_wherever_params_is() {
+        let p =
+            Peek::of(br#"{"params":{"uri":"skill://gm/SKILL.md"},"jsonrpc":"2.0","method":"resources/read","id":1}"#);
+        assert_eq!(p.uri.as_deref(), Some("skill://gm/SKILL.md"));
+        assert_eq!(p.id.as_deref(), Some("1"));
+        let q =
+            Peek::of(br#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"skill://gm/SKILL.md"}}"#);
+        assert_eq!(q.uri.as_deref(), Some("skill://gm/SKILL.md"));
+    }
+
+    #[test]
+    fn a_notification_has_no_id() {
+        let p = Peek::of(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+        assert_eq!(p.method.as_deref(), Some("notifications/initialized"));
+        assert!(!p.is_request());
+    }
+
+    #[test]
+    fn a_line_that_is_not_an_object_peeks_as_nothing() {
+        assert_eq!(Peek::of(b"[1,2]"), Peek::default());
+        assert_eq!(Peek::of(b"not json"), Peek::default());
+        assert_eq!(Peek::of(b""), Peek::default());
+    }
+
+    #[test]
+    fn a_big_result_after_the_id_is_not_walked() {
+        // A result that is not even valid JSON past the point of interest: the scan stopped.
+        let p = Peek::of(br#"{"jsonrpc":"2.0","id":9,"result":{"text":"unterminated"#);
+        assert!(p.response);
+        assert_eq!(p.id.as_deref(), Some("9"));
+    }
+}

@@ -1,0 +1,201 @@
+//! The relay: `gm serve` keeps the host's connection when its worker dies. Workers are killed
+//! with SIGKILL, the way the OOM killer ends them; the host sees one `worker_restarted` error
+//! for the call it had in flight and goes on, with the read gate, the run and its jobs intact.
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::{read_log, Gm, TIMEOUT};
+use serde_json::{json, Value};
+
+/// The pid in the `start` event of the `n`th worker (0 = the first), once it is logged.
+fn worker_pid(log: &Path, n: usize) -> u32 {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let starts: Vec<Value> = read_log(log).into_iter().filter(|e| e["kind"] == "start").collect();
+        if let Some(start) = starts.get(n) {
+            return start["pid"].as_u64().expect("pid") as u32;
+        }
+        assert!(Instant::now() < deadline, "worker {n} never logged its start: {starts:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn kill9(pid: u32) {
+    // SAFETY: kill(2) on a worker pid this test read from the log.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0, "kill -9 {pid}");
+}
+
+fn wait_for_file(path: &Path) {
+    let deadline = Instant::now() + TIMEOUT;
+    while !path.exists() {
+        assert!(Instant::now() < deadline, "{} never appeared", path.display());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Sends a run_code body that marks `started`, then blocks in a shell; returns its id.
+fn send_blocking_body(gm: &mut Gm, id: i64) -> Value {
+    let code = "await gm.write_file({ path: 'started', content: 'x' }); await gm.run_shell({ command: 'sleep 60' }); return 'done';";
+    gm.send(&json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": { "name": "run_code", "arguments": { "code": code } } }));
+    json!(id)
+}
+
+#[test]
+fn killing_the_worker_answers_the_call_in_flight_and_the_connection_goes_on() {
+    let mut gm = Gm::start(&[]);
+    gm.ready();
+    let step = gm.call_ok("next_context", json!({ "task": "survive a crash" }));
+    assert_eq!(step["step"], 1);
+    gm.js("await gm.job_start({ name: 'sleeper', command: 'sleep 120' }); return 1;");
+    let first = worker_pid(&gm.log_path(), 0);
+    assert_ne!(first, gm.pid(), "the worker is a process of its own");
+
+    let id = send_blocking_body(&mut gm, 900);
+    wait_for_file(&gm.workspace.join("started"));
+    kill9(first);
+
+    let lost = gm.recv_id(&id);
+    let result = &lost["result"];
+    assert_eq!(result["isError"], true, "{lost}");
+    let error = &result["structuredContent"]["error"];
+    assert_eq!(error["code"], "worker_restarted", "{lost}");
+    assert!(error["message"].as_str().unwrap().contains("SIGKILL"), "names the cause: {error}");
+
+    // The replayed handshake's answers are the relay's: the next thing the host hears is the
+    // answer to its own next call.
+    gm.send(&json!({ "jsonrpc": "2.0", "id": 901, "method": "ping" }));
+    let next = gm.recv(TIMEOUT).expect("an answer");
+    assert_eq!(next["id"], 901, "nothing else reached the host first: {next}");
+
+    // The gate stays open, the run and its step carry over, the job is adopted.
+    assert_eq!(gm.js("return 6 * 7;"), 42);
+    let step = gm.call_ok("next_context", json!({}));
+    assert_eq!(step["task"], "survive a crash", "{step}");
+    assert_eq!(step["step"], 2, "{step}");
+    let job = gm.js("return await gm.job_status({ name: 'sleeper' });");
+    assert_eq!(job["state"], "running", "{job}");
+
+    let second = worker_pid(&gm.log_path(), 1);
+    assert_ne!(first, second);
+    let starts = gm.events_of("start");
+    assert_eq!(starts.len(), 2, "{starts:?}");
+    assert_eq!(starts[0]["relay"]["restarts"], 0);
+    assert_eq!(starts[1]["relay"]["restarts"], 1);
+    let seqs: Vec<u64> = gm.log_events().iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "no log line lost or repeated: {seqs:?}");
+
+    gm.js("await gm.job_stop({ name: 'sleeper' }); return 1;");
+    gm.close_stdin();
+    assert_eq!(gm.wait_exit(TIMEOUT).and_then(|s| s.code()), Some(0));
+}
+
+#[test]
+fn calls_racing_the_death_of_the_worker_each_get_one_answer() {
+    let mut gm = Gm::start(&[]);
+    gm.ready();
+    for round in 0..3 {
+        let worker = worker_pid(&gm.log_path(), round);
+        // The kill and the calls in one go: each call reaches the dying worker (and is answered
+        // as lost) or the next one (and is answered by it), never neither, never both.
+        kill9(worker);
+        let ids: Vec<i64> = (0..10).map(|i| 1000 * (round as i64 + 1) + i).collect();
+        for id in &ids {
+            gm.send(&json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": { "name": "run_code", "arguments": { "code": "return 'ok';" } } }));
+        }
+        let mut answered = std::collections::BTreeMap::new();
+        while answered.len() < ids.len() {
+            let reply = gm.recv(TIMEOUT).expect("every call is answered");
+            let id = reply["id"].as_i64().expect("an id");
+            assert!(ids.contains(&id), "an answer to no call of this round: {reply}");
+            let outcome = match &reply["result"]["structuredContent"] {
+                c if c["result"] == "ok" => "ok".to_string(),
+                c => c["error"]["code"].as_str().unwrap_or("?").to_string(),
+            };
+            assert!(answered.insert(id, outcome.clone()).is_none(), "id {id} answered twice");
+            assert!(outcome == "ok" || outcome == "worker_restarted", "{reply}");
+        }
+        assert_eq!(gm.js("return 'after';"), "after");
+    }
+}
+
+#[test]
+fn a_call_in_flight_on_the_tools_surface_gets_a_tool_error_and_other_requests_a_jsonrpc_error() {
+    let mut gm = Gm::start(&["--surface", "tools"]);
+    gm.ready();
+    gm.send(&json!({ "jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": { "name": "run_shell", "arguments": { "command": "touch started; sleep 60" } } }));
+    wait_for_file(&gm.workspace.join("started"));
+    kill9(worker_pid(&gm.log_path(), 0));
+    let lost = gm.recv_id(&json!(5));
+    assert_eq!(lost["result"]["structuredContent"]["error"]["code"], "worker_restarted", "{lost}");
+    assert_eq!(gm.call_ok("stat_file", json!({ "path": "started" }))["exists"], true);
+}
+
+#[test]
+fn five_deaths_within_a_minute_give_a_final_error_naming_the_causes_and_the_log() {
+    let mut gm = Gm::start(&[]);
+    gm.ready();
+    for n in 0..5 {
+        kill9(worker_pid(&gm.log_path(), n));
+    }
+    let r = gm.call("run_code", json!({ "code": "return 1;" }));
+    assert_eq!(r["isError"], true, "{r}");
+    let error = &r["structuredContent"]["error"];
+    assert_eq!(error["code"], "worker_failed", "{r}");
+    let message = error["message"].as_str().unwrap();
+    assert!(message.contains("5 times"), "{message}");
+    assert!(message.contains("SIGKILL"), "{message}");
+    assert!(message.contains(&gm.log_path().display().to_string()), "{message}");
+    // Any other request too, and the relay stays up to say so.
+    let ping = gm.request("ping", json!({}));
+    assert_eq!(ping["error"]["data"]["code"], "worker_failed", "{ping}");
+    assert_eq!(read_log(&gm.log_path()).iter().filter(|e| e["kind"] == "start").count(), 5);
+    gm.close_stdin();
+    assert_eq!(gm.wait_exit(TIMEOUT).and_then(|s| s.code()), Some(1));
+}
+
+#[test]
+fn no_relay_serves_in_this_process() {
+    let mut gm = Gm::start(&["--no-relay"]);
+    gm.ready();
+    let start = gm.events_of("start").remove(0);
+    assert_eq!(start["pid"], gm.pid(), "{start}");
+    assert!(start["relay"].is_null(), "{start}");
+}
+
+#[test]
+fn a_stop_signal_to_the_relay_reaches_the_worker() {
+    let mut gm = Gm::start(&[]);
+    gm.ready();
+    let worker = worker_pid(&gm.log_path(), 0);
+    gm.signal(libc::SIGTERM);
+    let status = gm.wait_exit(TIMEOUT).expect("the relay exits");
+    assert!(!status.success());
+    let stops: Vec<Value> = read_log(&gm.log_path()).into_iter().filter(|e| e["kind"] == "stop").collect();
+    assert!(stops.iter().any(|e| e.to_string().contains("SIGTERM")), "{stops:?}");
+    assert!(!gm_actors::sys::process_exists(worker), "the worker is gone");
+}
+
+/// The relay's peak resident memory, from /proc.
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).expect("VmHWM");
+    line.split_whitespace().nth(1).and_then(|n| n.parse().ok()).expect("a number")
+}
+
+#[test]
+fn a_60_mib_line_passes_through_the_relay_held_once() {
+    let mut gm = Gm::start(&["--surface", "tools"]);
+    gm.ready();
+    let content = format!("{}\n", "a".repeat((1 << 20) - 1)).repeat(60);
+    let written = gm.call_ok("write_file", json!({ "path": "big.txt", "content": content }));
+    assert_eq!(written["bytes"], 60 << 20, "{written}");
+    drop(content);
+    let read = gm.call("read_file", json!({ "path": "big.txt", "limit": 1 }));
+    assert_eq!(read["isError"], false, "{read}");
+    let peak = peak_rss_kib(gm.pid());
+    // One copy of the line is 60 MiB; a second would put the relay past 120.
+    assert!(peak < 100 * 1024, "the relay's peak RSS was {peak} KiB");
+}
