@@ -175,6 +175,7 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
             json!({
                 "pid": std::process::id(),
                 "version": env!("CARGO_PKG_VERSION"),
+                "exe": std::env::current_exe().ok(),
                 "workspace": workspace,
                 "surface": opts.surface.as_str(),
                 "relay": opts.worker.map(|restarts| json!({ "restarts": restarts })),

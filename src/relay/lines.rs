@@ -52,6 +52,11 @@ impl<R: Read> LineReader<R> {
         }
     }
 
+    /// Whether input is already buffered: more lines may follow without waiting.
+    pub fn has_buffered(&self) -> bool {
+        !self.input.buffer().is_empty()
+    }
+
     /// Hands the rest of an over-long line, up to and with its newline, to `sink` in chunks.
     pub fn pass_rest(&mut self, mut sink: impl FnMut(&[u8]) -> io::Result<()>) -> io::Result<()> {
         loop {

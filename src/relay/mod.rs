@@ -30,6 +30,8 @@ use serde_json::{json, Value};
 use lines::{LineReader, ReadLine};
 use peek::Peek;
 
+/// Lines that arrive together are written on in batches of up to this many bytes.
+const BATCH_BYTES: usize = 256 << 10;
 /// Deaths within [`CRASH_WINDOW`] after which the worker is not started again.
 pub const MAX_CRASHES: usize = 5;
 pub const CRASH_WINDOW: Duration = Duration::from_secs(60);
@@ -175,10 +177,15 @@ impl Relay {
         // Reserved once, touched only as far as lines reach: a big line is never copied to
         // a grown buffer.
         let mut line = Vec::with_capacity(self.max_line.saturating_add(1));
+        // Lines that arrived together go to the worker in one write.
+        let mut batch = Vec::with_capacity(BATCH_BYTES);
+        let mut calls: Vec<(String, bool)> = Vec::new();
         loop {
             match reader.read_line(&mut line) {
                 Ok(ReadLine::Line) => {}
                 Ok(ReadLine::TooLong) => {
+                    self.send_to_worker(&batch, &calls);
+                    (batch.clear(), calls.clear());
                     // Past the limit the worker drops it unread and answers; the relay only
                     // passes the bytes on, never holding more than the limit.
                     let mut pipe = lock(&self.pipe);
@@ -194,28 +201,44 @@ impl Relay {
             }
             let peek = Peek::of(&line);
             self.note_handshake(&peek, &line);
+            let call =
+                peek.id.filter(|_| peek.method.is_some()).map(|id| (id, peek.method.as_deref() == Some("tools/call")));
             line.push(b'\n');
-            self.send_to_worker(&peek, &line);
+            if line.len() >= BATCH_BYTES {
+                self.send_to_worker(&batch, &calls);
+                (batch.clear(), calls.clear());
+                self.send_to_worker(&line, call.as_slice());
+                continue;
+            }
+            batch.extend_from_slice(&line);
+            calls.extend(call);
+            if !reader.has_buffered() || batch.len() >= BATCH_BYTES {
+                self.send_to_worker(&batch, &calls);
+                (batch.clear(), calls.clear());
+            }
         }
+        self.send_to_worker(&batch, &calls);
         self.host_closed.store(true, Ordering::SeqCst);
         // Closing the worker's stdin is how it learns the host left.
         lock(&self.pipe).stdin = None;
     }
 
-    /// Writes one host line to the worker, tracking it when it is a call. A write that fails
-    /// reached no worker (the pipe has no reader once the worker is dead, and what was in it
-    /// died with it), so the line waits for the next worker instead of being answered as lost.
-    fn send_to_worker(&self, peek: &Peek, line: &[u8]) {
-        let call = peek.id.as_ref().filter(|_| peek.is_request());
-        let tool_call = peek.method.as_deref() == Some("tools/call");
+    /// Writes host lines to the worker, tracking the calls among them (id, whether a
+    /// tools/call). A write that fails reached no worker (the pipe has no reader once the
+    /// worker is dead, and what was in it died with it), so the lines wait for the next worker
+    /// instead of being answered as lost.
+    fn send_to_worker(&self, bytes: &[u8], calls: &[(String, bool)]) {
+        if bytes.is_empty() {
+            return;
+        }
         let mut tried: Option<u64> = None;
         loop {
             let mut pipe = lock(&self.pipe);
             if let Some(why) = &pipe.dead {
                 let why = why.clone();
                 drop(pipe);
-                if let Some(id) = call {
-                    self.answer_lost(id, tool_call, "worker_failed", &why);
+                for (id, tool_call) in calls {
+                    self.answer_lost(id, *tool_call, "worker_failed", &why);
                 }
                 return;
             }
@@ -224,16 +247,15 @@ impl Relay {
                 std::thread::sleep(Duration::from_millis(2));
                 continue;
             }
-            if let Some(id) = call {
-                lock(&self.inflight).insert(id.clone(), tool_call);
-            }
+            lock(&self.inflight).extend(calls.iter().cloned());
             let generation = pipe.generation;
-            let written = pipe.stdin.as_mut().is_some_and(|stdin| stdin.write_all(line).is_ok());
+            let written = pipe.stdin.as_mut().is_some_and(|stdin| stdin.write_all(bytes).is_ok());
             if written {
                 return;
             }
-            if let Some(id) = call {
-                lock(&self.inflight).remove(id);
+            let mut inflight = lock(&self.inflight);
+            for (id, _) in calls {
+                inflight.remove(id);
             }
             tried = Some(generation);
         }
@@ -381,15 +403,17 @@ impl Relay {
         }
     }
 
-    /// Forwards the worker's lines to the host until it closes its stdout.
+    /// Forwards the worker's lines to the host until it closes its stdout; lines that arrived
+    /// together go out in one write.
     fn pump(&self, reader: &mut BufReader<ChildStdout>) {
         let mut line = Vec::with_capacity(self.max_line.saturating_add(1));
+        let mut batch = Vec::with_capacity(BATCH_BYTES);
         loop {
             line.clear();
             match lines::read_whole_line(reader, &mut line) {
                 Ok(true) => {}
                 // A line cut off by the worker's death is not sent: its call is answered as lost.
-                Ok(false) | Err(_) => return,
+                Ok(false) | Err(_) => break,
             }
             let peek = Peek::of(&line);
             if peek.response {
@@ -397,8 +421,19 @@ impl Relay {
                     lock(&self.inflight).remove(id);
                 }
             }
-            self.write_host(&line);
+            if line.len() >= BATCH_BYTES {
+                self.write_host(&batch);
+                batch.clear();
+                self.write_host(&line);
+                continue;
+            }
+            batch.extend_from_slice(&line);
+            if reader.buffer().is_empty() || batch.len() >= BATCH_BYTES {
+                self.write_host(&batch);
+                batch.clear();
+            }
         }
+        self.write_host(&batch);
     }
 
     /// Answers every call the dead worker held.
@@ -432,6 +467,9 @@ impl Relay {
     }
 
     fn write_host(&self, line: &[u8]) {
+        if line.is_empty() {
+            return;
+        }
         let mut out = lock(&self.host_out);
         // A host that stopped reading is gone; its stdin closing ends the relay.
         let _ = out.write_all(line).and_then(|()| out.flush());

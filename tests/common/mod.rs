@@ -58,6 +58,11 @@ impl Gm {
         Self { client, workspace: workspace.to_owned(), _dir: None }
     }
 
+    /// A gm the test spawned itself (another binary, another command line).
+    pub fn from_client(client: StdioClient, workspace: &Path) -> Self {
+        Self { client, workspace: workspace.to_owned(), _dir: None }
+    }
+
     /// `gm serve <args>` whose stdin is a pipe the test made; returns the pipe's read end too
     /// (a second descriptor of the open file gm reads), to look at the flags gm leaves on it.
     pub fn start_with_own_pipe(args: &[&str]) -> (Self, std::os::fd::OwnedFd) {

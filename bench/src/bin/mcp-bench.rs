@@ -136,6 +136,12 @@ fn measure_exec(cmd: &[&str], repeat: usize) -> f64 {
     percentile(&times, 0.5)
 }
 
+/// The resident memory of a process and its children (the relay and its worker).
+fn rss_tree_kb(pid: u32) -> u64 {
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    rss_kb(pid) + children.split_whitespace().filter_map(|c| c.parse().ok()).map(rss_tree_kb).sum::<u64>()
+}
+
 fn rss_kb(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
@@ -210,6 +216,13 @@ fn main() {
     s.initialize();
     let g = measure_calls(&mut s, "stat_file", &json!({ "path": file }), seq, par, inflight);
     drop(s);
+    // The same server without the relay in front (`--no-relay`): what the relay costs.
+    let mut gm_direct = gm_tools.clone();
+    gm_direct.push("--no-relay".into());
+    let mut s = Server::spawn_env(&gm_direct, &gm_env);
+    s.initialize();
+    let d = measure_calls(&mut s, "stat_file", &json!({ "path": file }), seq, par, inflight);
+    drop(s);
     let mut s = Server::spawn(std::slice::from_ref(&echo));
     s.initialize();
     let e = measure_calls(&mut s, "anything", &json!({}), seq, par, inflight);
@@ -218,6 +231,18 @@ fn main() {
     record("echo floor p50 / p99 (µs)", format!("{:.1} / {:.1}", e.p50_us, e.p99_us), json!([e.p50_us, e.p99_us]));
     record("gm p50 / floor p50", format!("{:.2}x", g.p50_us / e.p50_us), json!(g.p50_us / e.p50_us));
     record("gm stat_file calls/s (64 in flight)", format!("{:.0}", g.calls_per_s), json!(g.calls_per_s));
+    record(
+        "gm --no-relay stat_file p50 / p99 (µs)",
+        format!("{:.1} / {:.1}", d.p50_us, d.p99_us),
+        json!([d.p50_us, d.p99_us]),
+    );
+    record("gm --no-relay stat_file calls/s", format!("{:.0}", d.calls_per_s), json!(d.calls_per_s));
+    record("relay adds to p50 (µs)", format!("{:.1}", g.p50_us - d.p50_us), json!(g.p50_us - d.p50_us));
+    record(
+        "relay calls/s / --no-relay",
+        format!("{:.2}", g.calls_per_s / d.calls_per_s),
+        json!(g.calls_per_s / d.calls_per_s),
+    );
     record("echo floor calls/s (64 in flight)", format!("{:.0}", e.calls_per_s), json!(e.calls_per_s));
     if let Some(node_fs) = &node_fs {
         let node = vec!["node".into(), node_fs.clone(), dir.clone()];
@@ -276,9 +301,11 @@ fn main() {
     let mut s = Server::spawn_env(&gm_code, &gm_env);
     s.initialize();
     std::thread::sleep(Duration::from_millis(500));
-    let rss = rss_kb(s.pid());
+    let rss = rss_tree_kb(s.pid());
+    let relay_rss = rss_kb(s.pid());
     drop(s);
-    record("gm idle RSS (KiB)", format!("{rss}"), json!(rss));
+    record("gm idle RSS, relay + worker (KiB)", format!("{rss}"), json!(rss));
+    record("relay's own RSS (KiB)", format!("{relay_rss}"), json!(relay_rss));
 
     println!("\n| measure ({label}) | value |\n|---|---|");
     for (k, v) in rows {
