@@ -197,6 +197,12 @@ impl Config {
 #[rtype(result = "Outcome")]
 pub struct Check;
 
+/// Answers once no check is running, with the last outcome — at first, the check made at
+/// start (what a test waits for before it asks for more).
+#[derive(Debug, Message)]
+#[rtype(result = "Outcome")]
+pub struct WaitIdle;
+
 /// The last outcome, for tests and diagnostics.
 #[derive(Debug, Message)]
 #[rtype(result = "UpdateStatus")]
@@ -262,6 +268,13 @@ impl Updater {
         ctx.spawn(check::run(job).into_actor(self).map(|outcome, act, _| act.finish(outcome)));
     }
 
+    /// The outcome of the check running or about to begin.
+    fn end_of_check(&mut self) -> ResponseFuture<Outcome> {
+        let (tx, rx) = oneshot::channel();
+        self.waiting.push(tx);
+        Box::pin(async move { rx.await.unwrap_or_else(|_| Outcome::Failed { error: "the updater stopped".into() }) })
+    }
+
     fn finish(&mut self, outcome: Outcome) {
         self.checking = false;
         self.checks += 1;
@@ -300,10 +313,23 @@ impl Handler<Check> for Updater {
             let off = Outcome::Off { why: why.clone() };
             return Box::pin(async move { off });
         }
-        let (tx, rx) = oneshot::channel();
-        self.waiting.push(tx);
+        let end = self.end_of_check();
         self.begin(ctx);
-        Box::pin(async move { rx.await.unwrap_or_else(|_| Outcome::Failed { error: "the updater stopped".into() }) })
+        end
+    }
+}
+
+impl Handler<WaitIdle> for Updater {
+    type Result = ResponseFuture<Outcome>;
+
+    fn handle(&mut self, _: WaitIdle, _: &mut Context<Self>) -> Self::Result {
+        match &self.last {
+            Some(last) if !self.checking => {
+                let last = last.clone();
+                Box::pin(async move { last })
+            }
+            _ => self.end_of_check(),
+        }
     }
 }
 

@@ -105,6 +105,7 @@ async fn updates_off_send_one_off_event_and_make_no_request() {
     let s = Setup::new();
     let updater = Updater::spawn(Config::Off { why: "GMNEW_AUTO_UPDATE=0".into() }, s.events.clone().recipient());
     assert_eq!(updater.send(Check).await.unwrap(), Outcome::Off { why: "GMNEW_AUTO_UPDATE=0".into() });
+    assert_eq!(updater.send(WaitIdle).await.unwrap(), Outcome::Off { why: "GMNEW_AUTO_UPDATE=0".into() });
     let status = updater.send(Status).await.unwrap();
     assert_eq!(status.last, Some(Outcome::Off { why: "GMNEW_AUTO_UPDATE=0".into() }));
     assert_eq!(status.checks, 0);
@@ -117,8 +118,7 @@ async fn the_next_check_asks_with_the_etag_and_a_304_changes_nothing() {
     let s = Setup::new();
     s.server.serve(MANIFEST, manifest_json(VERSION, TARGET, "a.tar.gz", &"0".repeat(64), 10), Some("\"v1\""));
     let updater = s.spawn();
-    // The check made at start.
-    assert_eq!(updater.send(Check).await.unwrap(), Outcome::UpToDate { version: Some(VERSION.into()) });
+    assert_eq!(updater.send(WaitIdle).await.unwrap(), Outcome::UpToDate { version: Some(VERSION.into()) });
     assert_eq!(
         s.take().await,
         vec![UpdateEvent::Checked {
@@ -145,8 +145,8 @@ async fn the_next_check_asks_with_the_etag_and_a_304_changes_nothing() {
 async fn a_restarted_updater_asks_with_the_etag_it_saved() {
     let s = Setup::new();
     s.server.serve(MANIFEST, manifest_json(VERSION, TARGET, "a.tar.gz", &"0".repeat(64), 10), Some("\"v1\""));
-    s.spawn().send(Check).await.unwrap();
-    assert_eq!(s.spawn().send(Check).await.unwrap(), Outcome::NotModified);
+    s.spawn().send(WaitIdle).await.unwrap();
+    assert_eq!(s.spawn().send(WaitIdle).await.unwrap(), Outcome::NotModified);
     assert_eq!(s.server.requests()[1].header("if-none-match"), Some("\"v1\""));
 }
 
@@ -156,7 +156,7 @@ async fn an_etag_saved_for_another_url_is_not_sent() {
     state::save(&s.root(), &state::Saved { url: "http://elsewhere/manifest.json".into(), etag: "\"old\"".into() })
         .unwrap();
     s.server.serve(MANIFEST, manifest_json(VERSION, TARGET, "a.tar.gz", &"0".repeat(64), 10), Some("\"v1\""));
-    s.spawn().send(Check).await.unwrap();
+    s.spawn().send(WaitIdle).await.unwrap();
     assert_eq!(s.server.requests()[0].header("if-none-match"), None);
 }
 
@@ -164,7 +164,7 @@ async fn an_etag_saved_for_another_url_is_not_sent() {
 async fn a_newer_build_is_downloaded_verified_and_staged() {
     let s = Setup::new();
     let size = s.publish("99.0.0", "\"v99\"", None);
-    let outcome = s.spawn().send(Check).await.unwrap();
+    let outcome = s.spawn().send(WaitIdle).await.unwrap();
     let dir = s.root().join("versions/99.0.0");
     assert_eq!(outcome, Outcome::Staged { version: "99.0.0".into(), dir: dir.clone() });
     assert_eq!(std::fs::read_to_string(s.root().join("current/gm")).unwrap(), "gm 99.0.0");
@@ -186,11 +186,11 @@ async fn a_newer_build_is_downloaded_verified_and_staged() {
 async fn a_version_already_staged_is_not_downloaded_again() {
     let s = Setup::new();
     s.publish("99.0.0", "\"a\"", None);
-    s.spawn().send(Check).await.unwrap();
+    s.spawn().send(WaitIdle).await.unwrap();
     s.take().await;
     // The same release under a new ETag (republished), checked by a gm started later.
     s.publish("99.0.0", "\"b\"", None);
-    assert_eq!(s.spawn().send(Check).await.unwrap(), Outcome::AlreadyStaged { version: "99.0.0".into() });
+    assert_eq!(s.spawn().send(WaitIdle).await.unwrap(), Outcome::AlreadyStaged { version: "99.0.0".into() });
     let events = s.take().await;
     assert!(matches!(&events[..], [UpdateEvent::Checked { newer: true, already_staged: true, .. }]), "{events:?}");
     assert_eq!(paths(&s.server).iter().filter(|p| p.ends_with(".tar.gz")).count(), 1);
@@ -201,7 +201,7 @@ async fn a_bad_sha256_is_refused_nothing_is_staged_and_the_next_check_tries_agai
     let s = Setup::new();
     s.publish("99.0.0", "\"v99\"", Some(&"ab".repeat(32)));
     let updater = s.spawn();
-    let outcome = updater.send(Check).await.unwrap();
+    let outcome = updater.send(WaitIdle).await.unwrap();
     assert!(matches!(&outcome, Outcome::Refused { refusal: Refusal::BadSha256 { .. }, .. }), "{outcome:?}");
     let events = s.take().await;
     let Some(UpdateEvent::Refused { version, reason, detail }) = events.last() else { panic!("{events:?}") };
@@ -227,7 +227,7 @@ async fn an_archive_longer_than_the_manifest_says_is_refused_before_it_is_all_re
     // Announced: refused from the headers.
     s.server.serve(&format!("/rel/{name}"), long.clone(), None);
     let updater = s.spawn();
-    let outcome = updater.send(Check).await.unwrap();
+    let outcome = updater.send(WaitIdle).await.unwrap();
     let want = Refusal::WrongSize { got: (4u64 << 20).to_string(), want: 1000 };
     assert_eq!(outcome, Outcome::Refused { version: "99.0.0".into(), refusal: want });
     // Not announced (the body ends when the connection closes): refused past 1000 bytes.
@@ -249,7 +249,7 @@ async fn an_archive_shorter_than_the_manifest_says_is_refused() {
     let size = archive.len() + 1;
     s.server.serve(MANIFEST, manifest_json("99.0.0", TARGET, &name, &sha256_hex(&archive), size), Some("\"e\""));
     s.server.serve(&format!("/rel/{name}"), archive.clone(), None);
-    let outcome = s.spawn().send(Check).await.unwrap();
+    let outcome = s.spawn().send(WaitIdle).await.unwrap();
     let want = Refusal::WrongSize { got: archive.len().to_string(), want: size as u64 };
     assert_eq!(outcome, Outcome::Refused { version: "99.0.0".into(), refusal: want });
     assert_eq!(s.staged_versions(), Vec::<String>::new());
@@ -270,7 +270,7 @@ async fn an_archive_whose_build_json_says_another_version_is_refused() {
         Some("\"e\""),
     );
     s.server.serve(&format!("/rel/{name}"), archive, None);
-    let outcome = s.spawn().send(Check).await.unwrap();
+    let outcome = s.spawn().send(WaitIdle).await.unwrap();
     assert!(matches!(&outcome, Outcome::Refused { refusal: Refusal::BuildJsonMismatch(_), .. }), "{outcome:?}");
     let events = s.take().await;
     assert!(matches!(events.last(), Some(UpdateEvent::Refused { reason: "build-json-mismatch", .. })), "{events:?}");
@@ -289,7 +289,7 @@ async fn an_archive_that_is_not_a_build_is_refused() {
         Some("\"e\""),
     );
     s.server.serve(&format!("/rel/{name}"), archive, None);
-    let outcome = s.spawn().send(Check).await.unwrap();
+    let outcome = s.spawn().send(WaitIdle).await.unwrap();
     assert!(matches!(&outcome, Outcome::Refused { refusal: Refusal::BadArchive(_), .. }), "{outcome:?}");
     assert_eq!(s.leftovers(), Vec::<PathBuf>::new());
 }
@@ -298,7 +298,7 @@ async fn an_archive_that_is_not_a_build_is_refused() {
 async fn a_network_failure_is_logged_once_while_it_lasts() {
     let s = Setup::new();
     let updater = Updater::spawn(s.config_for(&closed_port_url(MANIFEST)), s.events.clone().recipient());
-    let first = updater.send(Check).await.unwrap();
+    let first = updater.send(WaitIdle).await.unwrap();
     let Outcome::Failed { error } = &first else { panic!("{first:?}") };
     assert!(error.contains("onnection refused"), "the cause is named: {error}");
     assert_eq!(updater.send(Check).await.unwrap(), first);
@@ -315,7 +315,7 @@ async fn a_missing_archive_fails_the_check_and_the_next_check_tries_again() {
     s.server.serve(MANIFEST, manifest, Some("\"v99\""));
     // The archive is not served yet: 404.
     let updater = s.spawn();
-    let outcome = updater.send(Check).await.unwrap();
+    let outcome = updater.send(WaitIdle).await.unwrap();
     let Outcome::Failed { error } = &outcome else { panic!("{outcome:?}") };
     assert!(error.contains("404"), "{error}");
     assert_eq!(state::etag_for(&s.root(), &s.server.url(MANIFEST)), None, "not handled to the end: no ETag saved");
@@ -333,7 +333,7 @@ async fn a_missing_archive_fails_the_check_and_the_next_check_tries_again() {
 async fn a_manifest_without_this_target_offers_nothing() {
     let s = Setup::new();
     s.server.serve(MANIFEST, manifest_json("99.0.0", "another-target", "a.tar.gz", &"0".repeat(64), 10), Some("\"e\""));
-    assert_eq!(s.spawn().send(Check).await.unwrap(), Outcome::UpToDate { version: None });
+    assert_eq!(s.spawn().send(WaitIdle).await.unwrap(), Outcome::UpToDate { version: None });
     let events = s.take().await;
     assert!(matches!(&events[..], [UpdateEvent::Checked { version: None, newer: false, .. }]), "{events:?}");
     assert_eq!(paths(&s.server), [MANIFEST]);
@@ -343,7 +343,7 @@ async fn a_manifest_without_this_target_offers_nothing() {
 async fn an_invalid_manifest_fails_the_check_naming_it() {
     let s = Setup::new();
     s.server.serve(MANIFEST, "<html>not found</html>", Some("\"e\""));
-    let outcome = s.spawn().send(Check).await.unwrap();
+    let outcome = s.spawn().send(WaitIdle).await.unwrap();
     let Outcome::Failed { error } = &outcome else { panic!("{outcome:?}") };
     assert!(error.contains("is not valid"), "{error}");
     assert_eq!(state::etag_for(&s.root(), &s.server.url(MANIFEST)), None);
@@ -361,7 +361,7 @@ async fn leftovers_of_an_interrupted_download_are_removed() {
     let recent = downloads.join("1.0.0-2-0.part");
     std::fs::write(&recent, "another gm's download in progress").unwrap();
     s.publish("99.0.0", "\"e\"", None);
-    assert!(matches!(s.spawn().send(Check).await.unwrap(), Outcome::Staged { .. }));
+    assert!(matches!(s.spawn().send(WaitIdle).await.unwrap(), Outcome::Staged { .. }));
     assert_eq!(s.leftovers(), vec![recent]);
 }
 
