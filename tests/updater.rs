@@ -207,3 +207,33 @@ fn the_one_shot_cli_does_not_update() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(server.connections(), 0);
 }
+
+#[test]
+fn a_stalled_update_server_neither_holds_up_calls_nor_gms_exit() {
+    // A server that accepts the connection and never answers.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}{MANIFEST}", listener.local_addr().expect("addr"));
+    let (accepted_tx, accepted) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().flatten() {
+            held.push(stream);
+            let _ = accepted_tx.send(());
+        }
+    });
+    let home = tempfile::tempdir().expect("home");
+    let workspace = tempfile::tempdir().expect("workspace");
+    let home_text = home.path().to_str().expect("utf-8");
+    let env = [("HOME", home_text), ("GMNEW_UPDATE_URL", url.as_str()), ("GMNEW_AUTO_UPDATE", "1")];
+    let mut gm = Gm::start_in(&workspace.path().canonicalize().expect("canonical"), &[], &env);
+    accepted.recv_timeout(WAIT).expect("the check at start connected");
+
+    let asked = Instant::now();
+    gm.initialize("2025-11-25");
+    gm.read_skill();
+    assert!(asked.elapsed() < Duration::from_secs(5), "calls waited for the update check: {:?}", asked.elapsed());
+    let closed = Instant::now();
+    gm.close_stdin();
+    assert!(gm.wait_exit(WAIT).expect("gm exits").success());
+    assert!(closed.elapsed() < Duration::from_secs(2), "exit took {:?}", closed.elapsed());
+}
