@@ -25,6 +25,7 @@ pub mod serve;
 pub mod server;
 pub mod skills;
 pub mod text;
+pub mod update;
 pub mod verbs;
 pub mod walk;
 pub mod watch;

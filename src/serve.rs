@@ -207,6 +207,8 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
             log.do_send(Event::new("job", serde_json::to_value(&event).unwrap_or_default()));
         }
         prune_blobs(ctx.blobs.clone(), log.clone());
+        // A newer release is fetched and staged off the calls' path; the one-shot CLI does not.
+        crate::update::start(log.clone());
         if report.repaired_bytes > 0 {
             eprintln!("gm: cut a torn last line ({} bytes) from the run log", report.repaired_bytes);
         }

@@ -17,3 +17,4 @@ pub mod mcp_client;
 pub mod scheduler;
 pub mod sys;
 pub mod transport;
+pub mod updater;
