@@ -185,7 +185,8 @@ impl Relay {
                 Ok(ReadLine::Line) => {}
                 Ok(ReadLine::TooLong) => {
                     self.send_to_worker(&batch, &calls);
-                    (batch.clear(), calls.clear());
+                    batch.clear();
+                    calls.clear();
                     // Past the limit the worker drops it unread and answers; the relay only
                     // passes the bytes on, never holding more than the limit.
                     let mut pipe = lock(&self.pipe);
@@ -206,15 +207,18 @@ impl Relay {
             line.push(b'\n');
             if line.len() >= BATCH_BYTES {
                 self.send_to_worker(&batch, &calls);
-                (batch.clear(), calls.clear());
+                batch.clear();
+                calls.clear();
                 self.send_to_worker(&line, call.as_slice());
                 continue;
             }
             batch.extend_from_slice(&line);
             calls.extend(call);
-            if !reader.has_buffered() || batch.len() >= BATCH_BYTES {
+            let more = reader.has_buffered() || sys::more_input_soon(&std::io::stdin());
+            if !more || batch.len() >= BATCH_BYTES {
                 self.send_to_worker(&batch, &calls);
-                (batch.clear(), calls.clear());
+                batch.clear();
+                calls.clear();
             }
         }
         self.send_to_worker(&batch, &calls);
@@ -428,7 +432,8 @@ impl Relay {
                 continue;
             }
             batch.extend_from_slice(&line);
-            if reader.buffer().is_empty() || batch.len() >= BATCH_BYTES {
+            let more = !reader.buffer().is_empty() || sys::more_input_soon(reader.get_ref());
+            if !more || batch.len() >= BATCH_BYTES {
                 self.write_host(&batch);
                 batch.clear();
             }
