@@ -13,6 +13,7 @@ pub mod children;
 pub mod docs;
 pub mod git;
 pub mod gitignore;
+pub mod install;
 pub mod js;
 pub mod mcp_config;
 pub mod protocol;
