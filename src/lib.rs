@@ -10,6 +10,7 @@ pub mod app;
 pub mod bench;
 pub mod blobs;
 pub mod children;
+pub mod dist;
 pub mod docs;
 pub mod git;
 pub mod gitignore;

@@ -111,6 +111,18 @@ fn cli() -> Command {
             .about("Remove mcpServers.gm from ~/.claude.json, and nothing else")
             .arg(file_arg("config", "The config file to write (default: ~/.claude.json)")),
     );
+    cmd = cmd.subcommand(
+        Command::new("dist")
+            .about("Package this build as a release archive, with its debug info beside it and manifest.json")
+            .arg(
+                Arg::new("out")
+                    .long("out")
+                    .value_name("DIR")
+                    .value_parser(value_parser!(PathBuf))
+                    .default_value(gm::dist::DEFAULT_OUT)
+                    .help("Where the archive, the debug info and manifest.json go"),
+            ),
+    );
     for v in verbs::registry() {
         cmd = cmd.subcommand(
             Command::new(v.name)
@@ -176,6 +188,9 @@ fn main() -> ExitCode {
     }
     if name == "uninstall" {
         return report(name, gm::install::uninstall(path("config").as_deref()));
+    }
+    if name == "dist" {
+        return report(name, gm::dist::dist(&path("out").unwrap_or_else(|| PathBuf::from(gm::dist::DEFAULT_OUT))));
     }
     if name == "docs" {
         let table = sub.get_one::<String>("table").and_then(|t| gm::docs::table(t));

@@ -1,4 +1,4 @@
-//! `gm install` and `gm uninstall` through the real binary, each run with `HOME` in
+//! `gm install`, `gm uninstall` and `gm dist` through the real binary, each run with `HOME` in
 //! a temporary folder, so `~/.claude.json` and `~/.gmnew` are the test's own.
 
 mod common;
@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, SystemTime};
 
+use gm_actors::builds::{TARGET, VERSION};
+use gm_actors::mcp_client::stdio::{Stderr, StdioClient};
 use serde_json::{json, Value};
 
 /// `gm <args>` with `home` as its home folder, in `cwd`.
@@ -190,4 +192,78 @@ fn uninstall_without_a_config_writes_nothing() {
     let home = tempfile::tempdir().unwrap();
     assert_eq!(ok(gm(home.path(), &["uninstall"]))["changed"], false);
     assert!(!claude_json(home.path()).exists());
+}
+
+/// The sections of an ELF file, from `readelf -S`.
+#[cfg(target_os = "linux")]
+fn sections(path: &Path) -> String {
+    let out = Command::new("readelf").arg("-SW").arg(path).output().expect("readelf (binutils)");
+    assert!(out.status.success(), "readelf {}: {}", path.display(), stderr(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn unpack(archive: &Path, into: &Path) {
+    let gz = flate2::read::GzDecoder::new(fs::File::open(archive).unwrap());
+    tar::Archive::new(gz).unpack(into).unwrap();
+}
+
+#[test]
+fn a_dist_archive_installs_with_local_and_the_registered_command_serves() {
+    let home = tempfile::tempdir().unwrap();
+    let out = home.path().join("dist");
+    let report = ok(gm(home.path(), &["dist", "--out", out.to_str().unwrap()]));
+    let stem = format!("gmnew-{VERSION}-{TARGET}");
+    let archive = out.join(format!("{stem}.tar.gz"));
+    assert_eq!(report["archive"], archive.to_str().unwrap());
+
+    // The manifest names the archive with its checksum and size.
+    let manifest = read_json(&out.join("manifest.json"));
+    assert_eq!(manifest["version"], VERSION);
+    let entry = &manifest["targets"][TARGET];
+    assert_eq!(entry["archive"], format!("{stem}.tar.gz"));
+    assert_eq!(entry["size"], fs::metadata(&archive).unwrap().len());
+    assert_eq!(entry["sha256"], gm_actors::builds::sha256_file(&archive).unwrap());
+
+    // One top folder holding the whole build.
+    let unpacked = home.path().join("unpacked");
+    unpack(&archive, &unpacked);
+    let tops: Vec<_> = fs::read_dir(&unpacked).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(tops, [stem.as_str()]);
+    let build = unpacked.join(&stem);
+    for part in ["gm", "skills/gm/SKILL.md", "defaults/mcp.json", "README.md", "LICENSE"] {
+        assert!(build.join(part).is_file(), "{part} is missing from the archive");
+    }
+    assert_eq!(read_json(&build.join("build.json")), json!({"version": VERSION, "target": TARGET, "release": true}));
+
+    // The binary lost its debug info, which is kept beside the archive.
+    let binary = build.join("gm");
+    assert!(fs::metadata(&binary).unwrap().len() < fs::metadata(common::gm_bin()).unwrap().len());
+    #[cfg(target_os = "linux")]
+    {
+        assert!(!sections(&binary).contains(".debug_info"), "the archived binary still has .debug_info");
+        assert!(sections(&out.join(format!("{stem}.debug"))).contains(".debug_info"));
+    }
+
+    // Installed from the unpacked archive: the build is staged and current/gm registered.
+    let report = ok(gm(home.path(), &["install", "--local", build.to_str().unwrap()]));
+    let current = home.path().join(".gmnew/current/gm");
+    assert!(current.is_file());
+    assert_eq!(report["command"], current.to_str().unwrap());
+    assert_eq!(report["staged"]["version"], VERSION);
+    let registered = &read_json(&claude_json(home.path()))["mcpServers"]["gm"];
+    assert_eq!(registered["command"], current.to_str().unwrap());
+
+    // The host's start of gm: the registered command and args, speaking MCP on stdio.
+    let workspace = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(registered["command"].as_str().unwrap());
+    let args: Vec<&str> = registered["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    cmd.args(args)
+        .current_dir(workspace.path())
+        .env("HOME", home.path())
+        .env("GM_DEFAULTS_DIR", common::no_child_servers())
+        .env_remove("GM_SKILLS_DIR");
+    let mut client = StdioClient::spawn(cmd, Stderr::Inherit).unwrap();
+    let init = json!({ "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": { "name": "install-test", "version": "0" } });
+    let reply = client.request("initialize", init, Some(common::TIMEOUT)).unwrap();
+    assert_eq!(reply["result"]["serverInfo"]["version"], VERSION, "{reply}");
 }
