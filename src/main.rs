@@ -106,6 +106,36 @@ fn cli() -> Command {
                 .help("Which table"),
         ),
     );
+    cmd = cmd.subcommand(
+        Command::new("install")
+            .about("Register gm with Claude Code: set mcpServers.gm in ~/.claude.json, keeping everything else")
+            .arg(file_arg("config", "The config file to write (default: ~/.claude.json)"))
+            .arg(file_arg("mcp-config", "A child-server config, passed to the registered `gm serve` as --mcp-config"))
+            .arg(
+                Arg::new("local")
+                    .long("local")
+                    .value_name("DIR")
+                    .value_parser(value_parser!(PathBuf))
+                    .help("Install the build in DIR (an unpacked release archive, or target/release) into ~/.gmnew and register ~/.gmnew/current/gm"),
+            ),
+    );
+    cmd = cmd.subcommand(
+        Command::new("uninstall")
+            .about("Remove mcpServers.gm from ~/.claude.json, and nothing else")
+            .arg(file_arg("config", "The config file to write (default: ~/.claude.json)")),
+    );
+    cmd = cmd.subcommand(
+        Command::new("dist")
+            .about("Package this build as a release archive, with its debug info beside it and manifest.json")
+            .arg(
+                Arg::new("out")
+                    .long("out")
+                    .value_name("DIR")
+                    .value_parser(value_parser!(PathBuf))
+                    .default_value(gm::dist::DEFAULT_OUT)
+                    .help("Where the archive, the debug info and manifest.json go"),
+            ),
+    );
     for v in verbs::registry() {
         cmd = cmd.subcommand(
             Command::new(v.name)
@@ -126,6 +156,10 @@ fn cli() -> Command {
         );
     }
     cmd
+}
+
+fn file_arg(name: &'static str, help: &'static str) -> Arg {
+    Arg::new(name).long(name).value_name("FILE").value_parser(value_parser!(PathBuf)).help(help)
 }
 
 fn workspace_of(m: &ArgMatches) -> PathBuf {
@@ -166,6 +200,21 @@ fn main() -> ExitCode {
     if name == "bench" {
         return bench(sub);
     }
+    let path = |id: &str| sub.get_one::<PathBuf>(id).cloned();
+    if name == "install" {
+        let opts = gm::install::InstallOptions {
+            config: path("config"),
+            mcp_config: path("mcp-config"),
+            local: path("local"),
+        };
+        return report(name, gm::install::install(&opts));
+    }
+    if name == "uninstall" {
+        return report(name, gm::install::uninstall(path("config").as_deref()));
+    }
+    if name == "dist" {
+        return report(name, gm::dist::dist(&path("out").unwrap_or_else(|| PathBuf::from(gm::dist::DEFAULT_OUT))));
+    }
     if name == "docs" {
         let table = sub.get_one::<String>("table").and_then(|t| gm::docs::table(t));
         return match table {
@@ -197,6 +246,20 @@ fn main() -> ExitCode {
         }
         Err(e) => {
             println!("{}", serde_json::to_string_pretty(&json!({ "error": e })).unwrap_or_default());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A command's report as JSON on stdout, or its error on stderr.
+fn report<T: serde::Serialize, E: std::fmt::Display>(command: &str, result: Result<T, E>) -> ExitCode {
+    match result {
+        Ok(r) => {
+            println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("gm {command}: {e}");
             ExitCode::FAILURE
         }
     }

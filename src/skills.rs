@@ -71,6 +71,11 @@ impl Skills {
         Self { dir: Some(dir) }
     }
 
+    /// The skills directory found; `None` when the built-in copy is served.
+    pub fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
+    }
+
     /// Where skills are read from, for diagnostics.
     pub fn source(&self) -> String {
         match &self.dir {
