@@ -40,6 +40,8 @@ pub enum BuildError {
     BadBuildFile { path: PathBuf, why: String },
     #[error("cannot tell the version of {path}: {why}")]
     UnknownVersion { path: PathBuf, why: String },
+    #[error("{path} is a build for {target}; this machine runs {TARGET}")]
+    WrongTarget { path: PathBuf, target: String },
     #[error("no home directory (HOME is not set)")]
     NoHome,
 }
@@ -119,6 +121,9 @@ pub fn stage(src: &Path, root: &Path) -> Result<Staged, BuildError> {
         return Err(BuildError::NoBinary(src.to_path_buf()));
     }
     let info = BuildInfo::read(src)?;
+    if let Some(other) = info.as_ref().map(|i| &i.target).filter(|t| t.as_str() != TARGET) {
+        return Err(BuildError::WrongTarget { path: src.to_path_buf(), target: other.clone() });
+    }
     let version = match &info {
         Some(i) => i.version.clone(),
         None => version_of_binary(&exe)?,
@@ -358,6 +363,17 @@ mod tests {
         let root = t.path().join("root");
         fs::create_dir_all(t.path().join("empty")).unwrap();
         assert!(matches!(stage(&t.path().join("empty"), &root), Err(BuildError::NoBinary(_))));
+        assert!(!root.exists());
+    }
+
+    #[test]
+    fn a_build_for_another_target_is_refused_and_nothing_is_written() {
+        let t = tempfile::tempdir().unwrap();
+        let (src, root) = (t.path().join("src"), t.path().join("root"));
+        fake_build(&src, "1.0.0", "one");
+        fs::write(src.join(BUILD_FILE), r#"{"version":"1.0.0","target":"riscv64gc-unknown-linux-gnu","release":true}"#)
+            .unwrap();
+        assert!(matches!(stage(&src, &root), Err(BuildError::WrongTarget { .. })));
         assert!(!root.exists());
     }
 

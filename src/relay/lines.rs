@@ -40,10 +40,12 @@ impl<R: Read> LineReader<R> {
             };
             let room = self.max.saturating_sub(buf.len());
             if take > room {
+                reserve_once(buf, room, self.max);
                 buf.extend_from_slice(&chunk[..room]);
                 self.input.consume(room);
                 return Ok(ReadLine::TooLong);
             }
+            reserve_once(buf, take, self.max);
             buf.extend_from_slice(&chunk[..take]);
             self.input.consume(take + usize::from(end));
             if end {
@@ -85,11 +87,40 @@ impl<R: Read> LineReader<R> {
     }
 }
 
-/// Reads one whole line with its newline into `buf`; false at the end, including a last line
-/// with no newline (cut off when its writer died).
-pub fn read_whole_line<R: BufRead>(input: &mut R, buf: &mut Vec<u8>) -> io::Result<bool> {
-    let n = input.read_until(b'\n', buf)?;
-    Ok(n > 0 && buf.last() == Some(&b'\n'))
+/// Makes room for `more` bytes. A buffer that must grow grows once to the line limit (or to
+/// what is needed, past it) instead of doubling, so a big line is never copied from a smaller
+/// buffer into a bigger one more than once; small lines never touch more than they use.
+fn reserve_once(buf: &mut Vec<u8>, more: usize, limit: usize) {
+    let needed = buf.len() + more;
+    if needed > buf.capacity() {
+        buf.reserve_exact(needed.max(limit.saturating_add(1)) - buf.len());
+    }
+}
+
+/// Reads one whole line with its newline into `buf` (growing as [`reserve_once`] does up to
+/// `limit`); false at the end, including a last line with no newline (cut off when its writer
+/// died).
+pub fn read_whole_line<R: BufRead>(input: &mut R, buf: &mut Vec<u8>, limit: usize) -> io::Result<bool> {
+    loop {
+        let chunk = match input.fill_buf() {
+            Ok(c) => c,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if chunk.is_empty() {
+            return Ok(false);
+        }
+        let (take, end) = match memchr::memchr(b'\n', chunk) {
+            Some(i) => (i + 1, true),
+            None => (chunk.len(), false),
+        };
+        reserve_once(buf, take, limit);
+        buf.extend_from_slice(&chunk[..take]);
+        input.consume(take);
+        if end {
+            return Ok(true);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -131,8 +162,9 @@ mod tests {
     fn a_line_cut_off_by_the_end_of_input_is_not_whole() {
         let mut input: &[u8] = b"done\npart";
         let mut buf = Vec::new();
-        assert!(read_whole_line(&mut input, &mut buf).unwrap());
+        assert!(read_whole_line(&mut input, &mut buf, 100).unwrap());
+        assert_eq!(buf, b"done\n");
         buf.clear();
-        assert!(!read_whole_line(&mut input, &mut buf).unwrap());
+        assert!(!read_whole_line(&mut input, &mut buf, 100).unwrap());
     }
 }

@@ -174,9 +174,9 @@ impl Relay {
     /// when it is a call, and written to the worker.
     fn read_host(&self) {
         let mut reader = LineReader::new(std::io::stdin().lock(), self.max_line);
-        // Reserved once, touched only as far as lines reach: a big line is never copied to
-        // a grown buffer.
-        let mut line = Vec::with_capacity(self.max_line.saturating_add(1));
+        // Grown once to the line limit when a line needs more: a big line is not copied from
+        // buffer to buffer as it arrives.
+        let mut line = Vec::with_capacity(1 << 16);
         // Lines that arrived together go to the worker in one write.
         let mut batch = Vec::with_capacity(BATCH_BYTES);
         let mut calls: Vec<(String, bool)> = Vec::new();
@@ -395,7 +395,7 @@ impl Relay {
         let mut line = Vec::new();
         loop {
             line.clear();
-            match lines::read_whole_line(reader, &mut line) {
+            match lines::read_whole_line(reader, &mut line, self.max_line) {
                 Ok(true) => {}
                 Ok(false) | Err(_) => return Err("the new worker ended during the replayed handshake".into()),
             }
@@ -410,11 +410,11 @@ impl Relay {
     /// Forwards the worker's lines to the host until it closes its stdout; lines that arrived
     /// together go out in one write.
     fn pump(&self, reader: &mut BufReader<ChildStdout>) {
-        let mut line = Vec::with_capacity(self.max_line.saturating_add(1));
+        let mut line = Vec::with_capacity(1 << 16);
         let mut batch = Vec::with_capacity(BATCH_BYTES);
         loop {
             line.clear();
-            match lines::read_whole_line(reader, &mut line) {
+            match lines::read_whole_line(reader, &mut line, self.max_line) {
                 Ok(true) => {}
                 // A line cut off by the worker's death is not sent: its call is answered as lost.
                 Ok(false) | Err(_) => break,

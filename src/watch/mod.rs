@@ -167,16 +167,15 @@ impl Watcher {
             watcher.shared.fail(format!("cannot create {}: {e}", cookie_dir.display()));
             return watcher;
         }
-        let layout = Layout {
-            workspace: workspace.to_owned(),
-            git_dir: git2::Repository::discover(workspace).ok().map(|r| r.path().to_owned()),
-            cookie_dir,
-            state_dir: state_dir.to_owned(),
-        };
+        let (workspace, state_dir) = (workspace.to_owned(), state_dir.to_owned());
         let shared = watcher.shared.clone();
         let portable = backend == Backend::Portable || !cfg!(target_os = "linux");
         let spawned = std::thread::Builder::new().name("gm-watch".into()).spawn(move || {
             let started = Instant::now();
+            // On this thread: the first git2 call initializes libgit2 and OpenSSL, which reads
+            // the system's CA bundle (~40 ms); on the server's thread it held up `initialize`.
+            let git_dir = git2::Repository::discover(&workspace).ok().map(|r| r.path().to_owned());
+            let layout = Layout { workspace, git_dir, cookie_dir, state_dir };
             let sink: Arc<dyn Sink> = shared.clone();
             let ready = |backend: &'static str, dirs: u64| {
                 shared.set_ready(Status::Watching { backend, dirs, ms: started.elapsed().as_millis() as u64 });
