@@ -4,8 +4,13 @@
 //! stable order.
 
 use std::collections::HashSet;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+
+#[derive(PartialEq, Eq, Hash)]
+enum Seen {
+    Id((u64, u64)),
+    Path(PathBuf),
+}
 
 pub fn files_under(root: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
@@ -13,7 +18,13 @@ pub fn files_under(root: &Path) -> Vec<PathBuf> {
     let mut stack = vec![root.to_path_buf()];
     while let Some(d) = stack.pop() {
         let Ok(meta) = std::fs::metadata(&d) else { continue };
-        if !seen.insert((meta.dev(), meta.ino())) {
+        // A directory seen before (through a link) is a loop: by identity, or by its real path
+        // where the OS gives no identity.
+        let key = match gm_actors::sys::file_identity(&meta) {
+            Some(id) => Seen::Id(id),
+            None => Seen::Path(std::fs::canonicalize(&d).unwrap_or_else(|_| d.clone())),
+        };
+        if !seen.insert(key) {
             continue;
         }
         let Ok(entries) = std::fs::read_dir(&d) else { continue };

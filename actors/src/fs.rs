@@ -20,7 +20,7 @@ pub fn replace_with(path: &Path, bytes: &[u8], mode: Option<u32>, sync: bool) ->
         let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;
         f.write_all(bytes)?;
         if let Some(mode) = mode {
-            f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode))?;
+            crate::sys::set_permission_bits(&f, mode)?;
         }
         if sync {
             f.sync_data()?;

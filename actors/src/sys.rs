@@ -83,6 +83,86 @@ pub fn more_input_soon(input: &impl std::os::fd::AsRawFd) -> bool {
     wait_readable(input.as_raw_fd(), std::time::Duration::ZERO).unwrap_or(false)
 }
 
+/// A file's identity on its filesystem (device, inode): two paths to one file give the same.
+/// None where the OS does not say.
+pub fn file_identity(meta: &std::fs::Metadata) -> Option<(u64, u64)> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        Some((meta.dev(), meta.ino()))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = meta;
+        None
+    }
+}
+
+/// How many names (hard links) a file has; 1 where the OS does not say.
+pub fn hard_links(meta: &std::fs::Metadata) -> u64 {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        meta.nlink()
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = meta;
+        1
+    }
+}
+
+/// A file's permission bits (`0o7777`); None where the OS has none.
+pub fn permission_bits(meta: &std::fs::Metadata) -> Option<u32> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        Some(meta.mode() & 0o7777)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = meta;
+        None
+    }
+}
+
+/// Gives an open file these permission bits (nothing where the OS has none).
+pub fn set_permission_bits(file: &std::fs::File, bits: u32) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        file.set_permissions(std::fs::Permissions::from_mode(bits))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (file, bits);
+        Ok(())
+    }
+}
+
+/// The signal that ended a process, if one did.
+pub fn exit_signal(status: &std::process::ExitStatus) -> Option<i32> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        status.signal()
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = status;
+        None
+    }
+}
+
+/// Starts the command in a process group of its own, so that it and everything it starts can
+/// be signalled together ([`kill_group`]).
+pub fn own_process_group(cmd: &mut std::process::Command) {
+    #[cfg(unix)]
+    std::os::unix::process::CommandExt::process_group(cmd, 0);
+    #[cfg(not(unix))]
+    let _ = cmd;
+}
+
 /// SIGKILL to a whole process group.
 pub fn kill_group(pgid: i32) {
     signal_group(pgid, libc::SIGKILL);

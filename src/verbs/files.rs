@@ -4,7 +4,6 @@
 //! order). A write is atomic — a temp file in the same directory renamed over the target — so a
 //! refused or failed write leaves the file as it was.
 
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use gm_actors::file_locks::Mode;
@@ -196,7 +195,7 @@ pub fn write_atomic(path: &Path, content: &[u8]) -> Result<(), VerbError> {
         if m.is_dir() {
             return Err(VerbError::IsADirectory(path.to_owned()));
         }
-        if m.nlink() > 1 {
+        if gm_actors::sys::hard_links(m) > 1 {
             return std::fs::write(&target, content).map_err(|e| VerbError::io("cannot write", path, e));
         }
     }
@@ -204,7 +203,7 @@ pub fn write_atomic(path: &Path, content: &[u8]) -> Result<(), VerbError> {
         return Err(VerbError::InvalidArgs(format!("{} has no parent directory", path.display())));
     }
     // A user's file: the new one keeps the old one's mode, and is synced before the rename.
-    let mode = existing.as_ref().map(|m| m.mode() & 0o7777);
+    let mode = existing.as_ref().and_then(gm_actors::sys::permission_bits);
     gm_actors::fs::replace_with(&target, content, mode, true).map_err(|e| VerbError::io("cannot write", path, e))
 }
 
@@ -360,7 +359,7 @@ pub async fn stat_file(ctx: Ctx, args: StatFileArgs) -> Result<StatFileReply, Ve
         exists: true,
         kind: Some(kind_of(&meta.file_type())),
         size: Some(meta.len()),
-        mode: Some(format!("{:o}", meta.mode() & 0o7777)),
+        mode: gm_actors::sys::permission_bits(&meta).map(|bits| format!("{bits:o}")),
         modified: meta.modified().ok().map(rfc3339),
         symlink,
     })

@@ -8,7 +8,6 @@
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -87,12 +86,13 @@ fn keep(version: Version, index: Arc<LineIndex>) {
 pub fn page(path: &Path, offset: usize, limit: usize, max_bytes: usize) -> Result<Page, PageError> {
     let mut file = File::open(path)?;
     let meta = file.metadata()?;
-    let version = Version {
-        dev: meta.dev(),
-        ino: meta.ino(),
-        size: meta.len(),
-        mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
-    };
+    let (dev, ino) = gm_actors::sys::file_identity(&meta).unwrap_or_default();
+    let mtime_ns = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos() as i128);
+    let version = Version { dev, ino, size: meta.len(), mtime_ns };
     let known = cached(&version);
     // With an index, start at the noted line at or before `offset`; without one, at the top.
     let (first_line, start_byte) = match &known {

@@ -3,7 +3,6 @@
 //! Paths may point inside or outside the workspace: a relative path is taken from the
 //! workspace; `..` and symlinks are followed, not refused (the spec's choice).
 
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use gm_actors::file_locks::{FileGuard, FileKey, Lock, Mode};
@@ -24,8 +23,8 @@ pub fn resolve(ctx: &Ctx, path: &str) -> Result<PathBuf, VerbError> {
 /// The lock key of a path: the file's device and inode when it exists (so aliases share a
 /// key), else its path with the parent directory canonicalized.
 pub fn file_key(path: &Path) -> FileKey {
-    if let Ok(m) = std::fs::metadata(path) {
-        return FileKey::Inode { dev: m.dev(), ino: m.ino() };
+    if let Some((dev, ino)) = std::fs::metadata(path).ok().as_ref().and_then(gm_actors::sys::file_identity) {
+        return FileKey::Inode { dev, ino };
     }
     let canonical = match (path.parent(), path.file_name()) {
         (Some(dir), Some(name)) => std::fs::canonicalize(dir).map(|d| d.join(name)).unwrap_or_else(|_| path.to_owned()),

@@ -355,7 +355,7 @@ impl Jobs {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        sys::own_process_group(&mut cmd);
         let child = cmd.spawn().map_err(JobError::Spawn)?;
         let pid = child.id();
         // Reap the wrapper when it ends so it does not linger as a zombie; the exit file is

@@ -117,7 +117,7 @@ pub(super) async fn wait_shell(mut child: tokio::process::Child, spec: ShellSpec
     // Nothing of the group may outlive a foreground shell.
     sys::kill_group(pgid);
     let (exit_code, signal) = match status {
-        Some(Ok(s)) => (s.code(), std::os::unix::process::ExitStatusExt::signal(&s)),
+        Some(Ok(s)) => (s.code(), sys::exit_signal(&s)),
         _ => (None, None),
     };
     ShellOutcome {

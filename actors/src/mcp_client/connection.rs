@@ -313,7 +313,7 @@ fn exit_of(child: &Mutex<Child>) -> String {
     loop {
         match lock(child).try_wait() {
             Ok(Some(status)) => {
-                return match (status.code(), std::os::unix::process::ExitStatusExt::signal(&status)) {
+                return match (status.code(), sys::exit_signal(&status)) {
                     (Some(code), _) => format!("exit code {code}"),
                     (None, Some(signal)) => format!("killed by {}", sys::signal_name(signal)),
                     _ => status.to_string(),

@@ -102,7 +102,7 @@ impl Process {
             Stderr::Inherit => Stdio::inherit(),
             Stderr::Discard => Stdio::null(),
         });
-        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        crate::sys::own_process_group(&mut cmd);
         let mut child = cmd.spawn()?;
         let pgid = child.id() as i32;
         let stdin = child.stdin.take();
