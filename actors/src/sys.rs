@@ -76,11 +76,28 @@ pub fn wait_readable(fd: std::os::fd::RawFd, timeout: std::time::Duration) -> st
     }
 }
 
+/// Something whose readiness can be polled: a pipe, stdin (a descriptor on Unix).
+#[cfg(unix)]
+pub trait Pollable: std::os::fd::AsRawFd {}
+#[cfg(unix)]
+impl<T: std::os::fd::AsRawFd> Pollable for T {}
+#[cfg(not(unix))]
+pub trait Pollable {}
+#[cfg(not(unix))]
+impl<T> Pollable for T {}
+
 /// Gives way to other threads once, then says whether `input` has bytes to read now: a relay
 /// that finds more waiting writes it on with what it holds, in one write instead of two.
-pub fn more_input_soon(input: &impl std::os::fd::AsRawFd) -> bool {
+/// Always false where readiness cannot be polled.
+pub fn more_input_soon(input: &impl Pollable) -> bool {
     std::thread::yield_now();
-    wait_readable(input.as_raw_fd(), std::time::Duration::ZERO).unwrap_or(false)
+    #[cfg(unix)]
+    return wait_readable(input.as_raw_fd(), std::time::Duration::ZERO).unwrap_or(false);
+    #[cfg(not(unix))]
+    {
+        let _ = input;
+        false
+    }
 }
 
 /// A file's identity on its filesystem (device, inode): two paths to one file give the same.

@@ -29,30 +29,31 @@ pub enum Incoming {
 /// wake-up (25-60 µs on these machines). Otherwise (a regular file, a terminal that cannot be
 /// polled) a reader thread does the blocking reads.
 pub fn spawn_stdin_reader(max_line: usize, sink: Recipient<Incoming>) -> std::io::Result<()> {
-    match pollable_stdin() {
-        Some(fd) => {
-            actix::spawn(read_polled(fd, max_line, sink));
-            Ok(())
-        }
-        None => {
-            std::thread::Builder::new().name("gm-stdin".into()).spawn(move || {
-                let stdin = std::io::stdin();
-                read_lines(stdin.lock(), max_line, |msg| sink.do_send(msg));
-            })?;
-            Ok(())
-        }
+    #[cfg(unix)]
+    if let Some(fd) = pollable_stdin() {
+        actix::spawn(read_polled(fd, max_line, sink));
+        return Ok(());
     }
+    std::thread::Builder::new().name("gm-stdin".into()).spawn(move || {
+        let stdin = std::io::stdin();
+        read_lines(stdin.lock(), max_line, |msg| sink.do_send(msg));
+    })?;
+    Ok(())
 }
 
-/// Stdin's descriptor, not owned: closing it is left to the process.
+/// Stdin's descriptor, not owned: closing it is left to the process. (Polling stdin is the
+/// Unix path; elsewhere the reader thread reads it.)
+#[cfg(unix)]
 struct StdinFd;
 
+#[cfg(unix)]
 impl std::os::fd::AsRawFd for StdinFd {
     fn as_raw_fd(&self) -> std::os::fd::RawFd {
         0
     }
 }
 
+#[cfg(unix)]
 fn pollable_stdin() -> Option<tokio::io::unix::AsyncFd<StdinFd>> {
     // SAFETY: fd 0 stays open, naming the same file description, for the whole process:
     // nothing in gm closes or replaces stdin.
@@ -60,6 +61,7 @@ fn pollable_stdin() -> Option<tokio::io::unix::AsyncFd<StdinFd>> {
     sys::set_stdin_nonblocking().then_some(fd)
 }
 
+#[cfg(unix)]
 async fn read_polled(fd: tokio::io::unix::AsyncFd<StdinFd>, max_line: usize, sink: Recipient<Incoming>) {
     let mut splitter = LineSplitter::new(max_line);
     let mut buf = vec![0u8; 64 * 1024];
