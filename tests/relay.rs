@@ -92,32 +92,59 @@ fn killing_the_worker_answers_the_call_in_flight_and_the_connection_goes_on() {
     assert_eq!(gm.wait_exit(TIMEOUT).and_then(|s| s.code()), Some(0));
 }
 
+/// Kills the worker and sends ten calls in the same instant; checks each is answered exactly
+/// once, by the dying worker's relay (`worker_restarted`) or by the next worker, and that the
+/// connection then works.
+fn race_a_death(gm: &mut Gm, worker: usize, first_id: i64, signal: i32) {
+    let pid = worker_pid(&gm.log_path(), worker);
+    // SAFETY: kill(2) on a worker pid read from the log.
+    assert_eq!(unsafe { libc::kill(pid as i32, signal) }, 0);
+    let ids: Vec<i64> = (first_id..first_id + 10).collect();
+    for id in &ids {
+        gm.send(&json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": { "name": "run_code", "arguments": { "code": "return 'ok';" } } }));
+    }
+    let mut answered = std::collections::BTreeMap::new();
+    while answered.len() < ids.len() {
+        let reply = gm.recv(TIMEOUT).expect("every call is answered");
+        let id = reply["id"].as_i64().expect("an id");
+        assert!(ids.contains(&id), "an answer to no call of this round: {reply}");
+        let outcome = match &reply["result"]["structuredContent"] {
+            c if c["result"] == "ok" => "ok".to_string(),
+            c => c["error"]["code"].as_str().unwrap_or("?").to_string(),
+        };
+        assert!(answered.insert(id, outcome.clone()).is_none(), "id {id} answered twice");
+        assert!(outcome == "ok" || outcome == "worker_restarted", "{reply}");
+    }
+    assert_eq!(gm.js("return 'after';"), "after");
+}
+
 #[test]
 fn calls_racing_the_death_of_the_worker_each_get_one_answer() {
+    // Many rounds, each on a fresh connection (a relay gives up after five deaths a minute).
+    for round in 0..8 {
+        let mut gm = Gm::start(&[]);
+        gm.ready();
+        for death in 0..3 {
+            race_a_death(&mut gm, death, 1000 * (round * 3 + death as i64 + 1), libc::SIGKILL);
+        }
+    }
+}
+
+#[test]
+fn an_abort_or_a_quit_of_the_worker_is_named_and_survived() {
     let mut gm = Gm::start(&[]);
     gm.ready();
-    for round in 0..3 {
-        let worker = worker_pid(&gm.log_path(), round);
-        // The kill and the calls in one go: each call reaches the dying worker (and is answered
-        // as lost) or the next one (and is answered by it), never neither, never both.
-        kill9(worker);
-        let ids: Vec<i64> = (0..10).map(|i| 1000 * (round as i64 + 1) + i).collect();
-        for id in &ids {
-            gm.send(&json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": { "name": "run_code", "arguments": { "code": "return 'ok';" } } }));
-        }
-        let mut answered = std::collections::BTreeMap::new();
-        while answered.len() < ids.len() {
-            let reply = gm.recv(TIMEOUT).expect("every call is answered");
-            let id = reply["id"].as_i64().expect("an id");
-            assert!(ids.contains(&id), "an answer to no call of this round: {reply}");
-            let outcome = match &reply["result"]["structuredContent"] {
-                c if c["result"] == "ok" => "ok".to_string(),
-                c => c["error"]["code"].as_str().unwrap_or("?").to_string(),
-            };
-            assert!(answered.insert(id, outcome.clone()).is_none(), "id {id} answered twice");
-            assert!(outcome == "ok" || outcome == "worker_restarted", "{reply}");
-        }
-        assert_eq!(gm.js("return 'after';"), "after");
+    for (n, (signal, name)) in [(libc::SIGABRT, "SIGABRT"), (libc::SIGQUIT, "SIGQUIT")].into_iter().enumerate() {
+        let id = send_blocking_body(&mut gm, 500 + n as i64);
+        wait_for_file(&gm.workspace.join("started"));
+        // SAFETY: kill(2) on a worker pid read from the log.
+        assert_eq!(unsafe { libc::kill(worker_pid(&gm.log_path(), n) as i32, signal) }, 0);
+        let lost = gm.recv_id(&id);
+        let error = &lost["result"]["structuredContent"]["error"];
+        assert_eq!(error["code"], "worker_restarted", "{lost}");
+        assert!(error["message"].as_str().unwrap().contains(name), "{error}");
+        std::fs::remove_file(gm.workspace.join("started")).unwrap();
+        assert_eq!(gm.js("return 3;"), 3);
     }
 }
 
@@ -203,4 +230,48 @@ fn a_60_mib_line_passes_through_the_relay_held_once() {
     // One copy of the line is 60 MiB; a second would add 60 more.
     let grew = peak.saturating_sub(before);
     assert!(grew < 90 * 1024, "the relay grew by {grew} KiB for a 60 MiB line (from {before} KiB)");
+}
+
+/// A build folder holding a copy of the gm under test, under its own version.
+fn build_of_this_gm(dir: &Path, version: &str) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::copy(common::gm_bin(), dir.join("gm")).unwrap();
+    let info = gm_actors::builds::BuildInfo {
+        version: version.into(),
+        target: gm_actors::builds::TARGET.into(),
+        release: false,
+    };
+    std::fs::write(dir.join("build.json"), serde_json::to_string(&info).unwrap()).unwrap();
+}
+
+#[test]
+fn a_restarted_worker_runs_the_build_current_points_at_now() {
+    let home = tempfile::tempdir().unwrap();
+    let root = home.path().join(".gmnew");
+    build_of_this_gm(&home.path().join("a"), "0.0.1-a");
+    gm_actors::builds::stage(&home.path().join("a"), &root).unwrap();
+
+    let workspace = tempfile::tempdir().unwrap();
+    let registered = gm_actors::builds::current_exe_path(&root);
+    let mut cmd = std::process::Command::new(&registered);
+    cmd.arg("serve").current_dir(workspace.path()).env("GM_DEFAULTS_DIR", common::no_child_servers());
+    let client = gm_actors::mcp_client::stdio::StdioClient::spawn(cmd, gm_actors::mcp_client::stdio::Stderr::Inherit)
+        .expect("spawn the installed gm");
+    let mut gm = Gm::from_client(client, workspace.path());
+    gm.ready();
+    let log = workspace.path().join(".gm/log.jsonl");
+    let first = worker_pid(&log, 0);
+
+    // A new build lands while the session runs; the running worker keeps its files.
+    build_of_this_gm(&home.path().join("b"), "0.0.1-b");
+    gm_actors::builds::stage(&home.path().join("b"), &root).unwrap();
+    assert_eq!(gm.js("return 1;"), 1);
+    kill9(first);
+    worker_pid(&log, 1);
+    assert_eq!(gm.js("return 2;"), 2);
+
+    let exes: Vec<String> =
+        gm.events_of("start").iter().map(|e| e["exe"].as_str().unwrap_or_default().to_string()).collect();
+    assert!(exes[0].ends_with("versions/0.0.1-a/gm"), "{exes:?}");
+    assert!(exes[1].ends_with("versions/0.0.1-b/gm"), "{exes:?}");
 }

@@ -244,6 +244,10 @@ pub fn signal_name(signal: i32) -> String {
         libc::SIGKILL => "SIGKILL".into(),
         libc::SIGSEGV => "SIGSEGV".into(),
         libc::SIGABRT => "SIGABRT".into(),
+        libc::SIGQUIT => "SIGQUIT".into(),
+        libc::SIGBUS => "SIGBUS".into(),
+        libc::SIGILL => "SIGILL".into(),
+        libc::SIGFPE => "SIGFPE".into(),
         other => format!("signal {other}"),
     }
 }
