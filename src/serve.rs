@@ -138,6 +138,8 @@ pub fn new_run_id() -> String {
 
 /// Serves MCP on stdio until stdin closes or a signal stops it; returns the exit code.
 pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
+    // A worker inherits the relay's small-pages setting; its heaps are the big ones.
+    sys::huge_pages(true);
     let workspace = workspace(&opts.workspace)?;
     // A config the user named must be there; the other layers only say what is wrong.
     let mcp_config = mcp_config::load(&workspace, opts.mcp_config.as_deref())?;

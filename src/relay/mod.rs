@@ -52,6 +52,7 @@ pub struct RelayOptions {
 
 /// Runs the relay until the host closes stdin (or a signal stops it); returns the exit code.
 pub fn run(opts: RelayOptions) -> i32 {
+    sys::huge_pages(false);
     let relay = Arc::new(Relay::new(opts));
     let (child, stdout) = match relay.spawn_worker(0) {
         Ok((child, stdin, stdout)) => {
