@@ -275,3 +275,30 @@ fn a_restarted_worker_runs_the_build_current_points_at_now() {
     assert!(exes[0].ends_with("versions/0.0.1-a/gm"), "{exes:?}");
     assert!(exes[1].ends_with("versions/0.0.1-b/gm"), "{exes:?}");
 }
+
+#[test]
+fn the_calls_of_a_batch_in_flight_are_each_answered_when_the_worker_dies() {
+    let mut gm = Gm::start(&[]);
+    gm.initialize("2025-03-26");
+    gm.read_skill();
+    let blocking = "await gm.write_file({ path: 'started', content: 'x' }); await gm.run_shell({ command: 'sleep 60' }); return 1;";
+    let batch = json!([
+        { "jsonrpc": "2.0", "id": 71, "method": "tools/call", "params": { "name": "run_code", "arguments": { "code": blocking } } },
+        { "jsonrpc": "2.0", "id": 72, "method": "ping" },
+        { "jsonrpc": "2.0", "method": "notifications/progress-free" },
+    ]);
+    gm.send(&batch);
+    wait_for_file(&gm.workspace.join("started"));
+    kill9(worker_pid(&gm.log_path(), 0));
+    // The batch's replies are sent together when the last is ready, so neither came: the
+    // relay answers both, one line each.
+    let mut seen = std::collections::BTreeMap::new();
+    while seen.len() < 2 {
+        let reply = gm.recv(TIMEOUT).expect("each call of the batch is answered");
+        let id = reply["id"].as_i64().expect("an id");
+        assert!(seen.insert(id, reply.clone()).is_none(), "{id} answered twice");
+    }
+    assert_eq!(seen[&71]["result"]["structuredContent"]["error"]["code"], "worker_restarted", "{:?}", seen[&71]);
+    assert_eq!(seen[&72]["error"]["data"]["code"], "worker_restarted", "{:?}", seen[&72]);
+    assert_eq!(gm.js("return 'on';"), "on");
+}

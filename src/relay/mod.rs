@@ -181,6 +181,7 @@ impl Relay {
         // Lines that arrived together go to the worker in one write.
         let mut batch = Vec::with_capacity(BATCH_BYTES);
         let mut calls: Vec<(String, bool)> = Vec::new();
+        let mut line_calls: Vec<(String, bool)> = Vec::new();
         loop {
             match reader.read_line(&mut line) {
                 Ok(ReadLine::Line) => {}
@@ -201,20 +202,24 @@ impl Relay {
                 }
                 Ok(ReadLine::Eof) | Err(_) => break,
             }
-            let peek = Peek::of(&line);
-            self.note_handshake(&peek, &line);
-            let call =
-                peek.id.filter(|_| peek.method.is_some()).map(|id| (id, peek.method.as_deref() == Some("tools/call")));
+            line_calls.clear();
+            if Peek::is_batch(&line) {
+                for peek in Peek::of_batch(&line) {
+                    self.note_call(peek, &line, &mut line_calls);
+                }
+            } else {
+                self.note_call(Peek::of(&line), &line, &mut line_calls);
+            }
             line.push(b'\n');
             if line.len() >= BATCH_BYTES {
                 self.send_to_worker(&batch, &calls);
                 batch.clear();
                 calls.clear();
-                self.send_to_worker(&line, call.as_slice());
+                self.send_to_worker(&line, &line_calls);
                 continue;
             }
             batch.extend_from_slice(&line);
-            calls.extend(call);
+            calls.append(&mut line_calls);
             let more = reader.has_buffered() || sys::more_input_soon(&std::io::stdin());
             if !more || batch.len() >= BATCH_BYTES {
                 self.send_to_worker(&batch, &calls);
@@ -266,10 +271,21 @@ impl Relay {
         }
     }
 
+    /// Notes what one message means for the handshake, and adds it to `calls` when it is a
+    /// call (its id, and whether it is a tools/call).
+    fn note_call(&self, peek: Peek, line: &[u8], calls: &mut Vec<(String, bool)>) {
+        self.note_handshake(&peek, line);
+        let tool_call = peek.method.as_deref() == Some("tools/call");
+        if let Some(id) = peek.id.filter(|_| peek.method.is_some()) {
+            calls.push((id, tool_call));
+        }
+    }
+
     fn note_handshake(&self, peek: &Peek, line: &[u8]) {
         let Some(method) = peek.method.as_deref() else { return };
         match method {
-            "initialize" if peek.id.is_some() => {
+            // A batch cannot hold an initialize (and the line would be the whole batch).
+            "initialize" if peek.id.is_some() && !Peek::is_batch(line) => {
                 let mut hs = lock(&self.handshake);
                 *hs = Handshake { initialize: Some(line.to_vec()), ..Handshake::default() };
             }
@@ -420,9 +436,16 @@ impl Relay {
                 // A line cut off by the worker's death is not sent: its call is answered as lost.
                 Ok(false) | Err(_) => break,
             }
-            let peek = Peek::of(&line);
-            if peek.response {
-                if let Some(id) = &peek.id {
+            if Peek::is_batch(&line) {
+                let mut inflight = lock(&self.inflight);
+                for peek in Peek::of_batch(&line) {
+                    if let (true, Some(id)) = (peek.response, &peek.id) {
+                        inflight.remove(id);
+                    }
+                }
+            } else {
+                let peek = Peek::of(&line);
+                if let (true, Some(id)) = (peek.response, &peek.id) {
                     lock(&self.inflight).remove(id);
                 }
             }

@@ -26,8 +26,21 @@ impl Peek {
         let mut peek = Peek::default();
         let mut de = serde_json::Deserializer::from_slice(line);
         // Err is also how the scan stops early; what was read by then is kept.
-        let _ = (&mut de).deserialize_map(Scan { peek: &mut peek });
+        let _ = (&mut de).deserialize_map(Scan { peek: &mut peek, early: true });
         peek
+    }
+
+    /// Whether the line is a JSON-RPC batch (an array of messages).
+    pub fn is_batch(line: &[u8]) -> bool {
+        line.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[')
+    }
+
+    /// Each message of a batch line. Batches are rare and small: each is read whole.
+    pub fn of_batch(line: &[u8]) -> Vec<Peek> {
+        let mut peeks = Vec::new();
+        let mut de = serde_json::Deserializer::from_slice(line);
+        let _ = (&mut de).deserialize_seq(Batch { peeks: &mut peeks });
+        peeks
     }
 
     /// A call that expects an answer.
@@ -49,6 +62,43 @@ const DONE: &str = "gm-relay: seen enough";
 
 struct Scan<'a> {
     peek: &'a mut Peek,
+    /// Stop once the peek is settled (a line of its own), or read to the end (a batch member).
+    early: bool,
+}
+
+struct Batch<'a> {
+    peeks: &'a mut Vec<Peek>,
+}
+
+impl<'de> Visitor<'de> for Batch<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON-RPC batch")
+    }
+
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        loop {
+            let mut peek = Peek::default();
+            match seq.next_element_seed(Member { peek: &mut peek })? {
+                Some(()) => self.peeks.push(peek),
+                None => return Ok(()),
+            }
+        }
+    }
+}
+
+/// One message of a batch, read whole.
+struct Member<'a> {
+    peek: &'a mut Peek,
+}
+
+impl<'de> DeserializeSeed<'de> for Member<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(Scan { peek: self.peek, early: false })
+    }
 }
 
 impl<'de> Visitor<'de> for Scan<'_> {
@@ -71,7 +121,7 @@ impl<'de> Visitor<'de> for Scan<'_> {
                 "method" => self.peek.method = Some(map.next_value::<String>()?),
                 "result" | "error" => {
                     self.peek.response = true;
-                    if self.peek.id.is_some() {
+                    if self.early && self.peek.id.is_some() {
                         return Err(de::Error::custom(DONE));
                     }
                     map.next_value::<IgnoredAny>()?;
@@ -79,7 +129,7 @@ impl<'de> Visitor<'de> for Scan<'_> {
                 "params" if self.peek.method.as_deref() == Some("resources/read") => {
                     map.next_value_seed(Uri { peek: self.peek })?;
                 }
-                "params" if self.peek.method.is_some() && self.peek.id.is_some() => {
+                "params" if self.early && self.peek.method.is_some() && self.peek.id.is_some() => {
                     return Err(de::Error::custom(DONE));
                 }
                 "params" if self.peek.method.is_none() => early_params = Some(map.next_value()?),
@@ -92,7 +142,7 @@ impl<'de> Visitor<'de> for Scan<'_> {
                 Uri { peek: self.peek }.deserialize(&mut de).map_err(de::Error::custom)?;
                 early_params = None;
             }
-            if self.peek.settled() {
+            if self.early && self.peek.settled() {
                 return Err(de::Error::custom(DONE));
             }
         }
@@ -184,6 +234,20 @@ mod tests {
         assert_eq!(Peek::of(b"[1,2]"), Peek::default());
         assert_eq!(Peek::of(b"not json"), Peek::default());
         assert_eq!(Peek::of(b""), Peek::default());
+    }
+
+    #[test]
+    fn each_message_of_a_batch_is_read() {
+        let line = br#" [{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}},{"jsonrpc":"2.0","method":"notifications/initialized"},{"id":"b","result":{}}]"#;
+        assert!(Peek::is_batch(line));
+        let peeks = Peek::of_batch(line);
+        assert_eq!(peeks.len(), 3);
+        assert_eq!(peeks[0].id.as_deref(), Some("1"));
+        assert!(peeks[0].is_request());
+        assert!(!peeks[1].is_request());
+        assert!(peeks[2].response);
+        assert_eq!(peeks[2].id.as_deref(), Some(r#""b""#));
+        assert!(!Peek::is_batch(br#"{"id":1}"#));
     }
 
     #[test]
