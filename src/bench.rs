@@ -209,7 +209,7 @@ fn copy_workspace(from: &Path, to: &Path) -> Result<(), BenchError> {
             std::fs::copy(entry.path(), &dest).map_err(err)?;
         } else if t.is_symlink() {
             if let Ok(target) = std::fs::read_link(entry.path()) {
-                let _ = std::os::unix::fs::symlink(target, &dest);
+                let _ = gm_actors::sys::symlink(&target, &dest);
             }
         }
     }

@@ -45,6 +45,7 @@ pub fn files_under(root: &Path) -> Vec<PathBuf> {
 mod tests {
     use super::*;
 
+    #[cfg(unix)]
     #[test]
     fn a_symlink_loop_ends_and_linked_files_are_listed_once_per_directory() {
         let dir = tempfile::tempdir().expect("tempdir");

@@ -45,6 +45,7 @@ fn temp_beside(path: &Path) -> PathBuf {
 mod tests {
     use super::*;
 
+    #[cfg(unix)]
     #[test]
     fn a_replaced_file_holds_the_new_bytes_and_no_temporary_is_left() {
         let dir = tempfile::tempdir().expect("tempdir");

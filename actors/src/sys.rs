@@ -286,6 +286,19 @@ pub fn home_dir() -> Option<std::path::PathBuf> {
     std::env::var_os(var).filter(|v| !v.is_empty()).map(std::path::PathBuf::from)
 }
 
+/// Makes `link` a symbolic link to `target` (on Windows, a file or directory link as the target
+/// is; untested there).
+pub fn symlink(target: &std::path::Path, link: &std::path::Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    return std::os::unix::fs::symlink(target, link);
+    #[cfg(windows)]
+    return if target.is_dir() {
+        std::os::windows::fs::symlink_dir(target, link)
+    } else {
+        std::os::windows::fs::symlink_file(target, link)
+    };
+}
+
 /// Points `link` at `target` (relative to the link's folder) by making a new link beside it and
 /// renaming it over the old one, so a reader sees the old or the new pointer, never none.
 pub fn point_link(dir: &std::path::Path, link: &std::path::Path, target: &std::path::Path) -> std::io::Result<()> {

@@ -86,6 +86,7 @@ mod tests {
         (t, result)
     }
 
+    #[cfg(unix)]
     #[test]
     fn a_build_archive_unpacks_into_its_folder_with_the_binary_executable() {
         let (_t, result) = unpack_bytes(&build_archive("2.0.0", "t", "bin"), "gmnew-2.0.0-t");
