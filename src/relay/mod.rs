@@ -220,7 +220,9 @@ impl Relay {
             }
             batch.extend_from_slice(&line);
             calls.append(&mut line_calls);
-            let more = reader.has_buffered() || sys::more_input_soon(&std::io::stdin());
+            // A lone call (nothing else in flight) goes at once: the host is waiting for it.
+            let more =
+                reader.has_buffered() || (!lock(&self.inflight).is_empty() && sys::more_input_soon(&std::io::stdin()));
             if !more || batch.len() >= BATCH_BYTES {
                 self.send_to_worker(&batch, &calls);
                 batch.clear();
