@@ -25,11 +25,7 @@ impl<R: Read> LineReader<R> {
     pub fn read_line(&mut self, buf: &mut Vec<u8>) -> io::Result<ReadLine> {
         buf.clear();
         loop {
-            let chunk = match self.input.fill_buf() {
-                Ok(c) => c,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            };
+            let chunk = fill(&mut self.input)?;
             if chunk.is_empty() {
                 // A last line without a newline is still a line.
                 return Ok(if buf.is_empty() { ReadLine::Eof } else { ReadLine::Line });
@@ -62,11 +58,7 @@ impl<R: Read> LineReader<R> {
     /// Hands the rest of an over-long line, up to and with its newline, to `sink` in chunks.
     pub fn pass_rest(&mut self, mut sink: impl FnMut(&[u8]) -> io::Result<()>) -> io::Result<()> {
         loop {
-            let chunk = match self.input.fill_buf() {
-                Ok(c) => c,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            };
+            let chunk = fill(&mut self.input)?;
             if chunk.is_empty() {
                 return sink(b"\n");
             }
@@ -87,6 +79,19 @@ impl<R: Read> LineReader<R> {
     }
 }
 
+/// What is buffered, reading more when nothing is; empty at the end. A read cut short by a
+/// signal is tried again.
+fn fill<B: BufRead>(input: &mut B) -> io::Result<&[u8]> {
+    loop {
+        match input.fill_buf() {
+            Ok(_) => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    input.fill_buf()
+}
+
 /// Makes room for `more` bytes. A buffer that must grow grows once to the line limit (or to
 /// what is needed, past it) instead of doubling, so a big line is never copied from a smaller
 /// buffer into a bigger one more than once; small lines never touch more than they use.
@@ -102,11 +107,7 @@ fn reserve_once(buf: &mut Vec<u8>, more: usize, limit: usize) {
 /// died).
 pub fn read_whole_line<R: BufRead>(input: &mut R, buf: &mut Vec<u8>, limit: usize) -> io::Result<bool> {
     loop {
-        let chunk = match input.fill_buf() {
-            Ok(c) => c,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
+        let chunk = fill(input)?;
         if chunk.is_empty() {
             return Ok(false);
         }

@@ -72,11 +72,16 @@ impl Setup {
     /// Serves a build of `version` for this target and a manifest listing it (with `sha256`
     /// in place of the archive's when given); returns the archive's size.
     fn publish(&self, version: &str, etag: &str, sha256: Option<&str>) -> usize {
-        let name = format!("gmnew-{version}-{TARGET}.tar.gz");
         let archive = build_archive(version, TARGET, &format!("gm {version}"));
         let sha = sha256.map(str::to_owned).unwrap_or_else(|| sha256_hex(&archive));
+        self.publish_bytes(version, etag, &sha, archive)
+    }
+
+    /// Serves `archive` as version `version`'s, under a manifest giving `sha256` and its size.
+    fn publish_bytes(&self, version: &str, etag: &str, sha256: &str, archive: Vec<u8>) -> usize {
+        let name = format!("gmnew-{version}-{TARGET}.tar.gz");
         let size = archive.len();
-        self.server.serve(MANIFEST, manifest_json(version, TARGET, &name, &sha, size), Some(etag));
+        self.server.serve(MANIFEST, manifest_json(version, TARGET, &name, sha256, size), Some(etag));
         self.server.serve(&format!("/rel/{name}"), archive, None);
         size
     }
@@ -263,13 +268,7 @@ async fn an_archive_whose_build_json_says_another_version_is_refused() {
         (format!("{top}/gm"), b"gm".to_vec(), 0o755),
         (format!("{top}/build.json"), format!(r#"{{"version":"98.0.0","target":"{TARGET}"}}"#).into_bytes(), 0o644),
     ]);
-    let name = format!("{top}.tar.gz");
-    s.server.serve(
-        MANIFEST,
-        manifest_json("99.0.0", TARGET, &name, &sha256_hex(&archive), archive.len()),
-        Some("\"e\""),
-    );
-    s.server.serve(&format!("/rel/{name}"), archive, None);
+    s.publish_bytes("99.0.0", "\"e\"", &sha256_hex(&archive), archive);
     let outcome = s.spawn().send(WaitIdle).await.unwrap();
     assert!(matches!(&outcome, Outcome::Refused { refusal: Refusal::BuildJsonMismatch(_), .. }), "{outcome:?}");
     let events = s.take().await;
@@ -282,13 +281,7 @@ async fn an_archive_whose_build_json_says_another_version_is_refused() {
 async fn an_archive_that_is_not_a_build_is_refused() {
     let s = Setup::new();
     let archive = b"not a tar.gz at all".to_vec();
-    let name = format!("gmnew-99.0.0-{TARGET}.tar.gz");
-    s.server.serve(
-        MANIFEST,
-        manifest_json("99.0.0", TARGET, &name, &sha256_hex(&archive), archive.len()),
-        Some("\"e\""),
-    );
-    s.server.serve(&format!("/rel/{name}"), archive, None);
+    s.publish_bytes("99.0.0", "\"e\"", &sha256_hex(&archive), archive);
     let outcome = s.spawn().send(WaitIdle).await.unwrap();
     assert!(matches!(&outcome, Outcome::Refused { refusal: Refusal::BadArchive(_), .. }), "{outcome:?}");
     assert_eq!(s.leftovers(), Vec::<PathBuf>::new());
