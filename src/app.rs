@@ -1,26 +1,37 @@
-//! What every call of a `gm serve` can use, fixed for the life of the server.
+//! What every call can use: the worker's [`App`], fixed for the worker's life and shared by
+//! every session, and each connection's [`Conn`], fixed for that connection's life.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use actix::Addr;
+use actix::Recipient;
 use gm_actors::js_engine::JsEngines;
-use gm_actors::transport::StdoutWriter;
+use gm_actors::transport::Send as SendLine;
 
-use crate::run_state::RunStateFile;
+use crate::run_state::RunStore;
 use crate::server::surface::Surface;
 use crate::verbs::Ctx;
 
+/// The worker's shared state: one of each for the workspace, whatever number of sessions.
 pub struct App {
     pub ctx: Ctx,
-    pub surface: Surface,
-    /// Where the run's state is kept between gm processes.
-    pub run_file: RunStateFile,
-    /// The step budget of a new run, unless its first step sets one.
-    pub step_budget: u64,
+    /// Where each session's run is kept between workers.
+    pub runs: RunStore,
     pub js: JsEngines,
-    pub out: Addr<StdoutWriter>,
-    pub max_line_bytes: usize,
-    pub page_size: usize,
     /// How often a long call with a progressToken reports progress.
     pub progress_every: Duration,
+}
+
+/// One host connection (a session): where its replies go and the settings its relay asked for.
+pub struct Conn {
+    /// The session's id: the relay's (kept across worker restarts), or one made for stdio.
+    pub session: Arc<str>,
+    pub surface: Surface,
+    pub out: Recipient<SendLine>,
+    pub max_line_bytes: usize,
+    pub page_size: usize,
+    /// The step budget of a new run, unless its first step sets one.
+    pub step_budget: u64,
+    /// The relay's process and build (`None` for stdio).
+    pub relay: Option<crate::worker::hello::Build>,
 }

@@ -328,6 +328,35 @@ impl Children {
     }
 }
 
+impl Children {
+    /// Each server and its state, for `gm status`.
+    pub fn describe(&self) -> Vec<Value> {
+        let servers = lock(&self.servers);
+        let mut names: Vec<&String> = servers.keys().collect();
+        names.sort();
+        names
+            .into_iter()
+            .map(|name| {
+                let s = &servers[name];
+                let state = match (&s.session, &s.failure, s.settled) {
+                    (Some(session), _, _) if session.conn.is_open() => "ready",
+                    (Some(_), _, _) => "exited",
+                    (None, Some(_), _) => "failed",
+                    (None, None, false) => "starting",
+                    (None, None, true) => "stopped",
+                };
+                json!({
+                    "name": name,
+                    "state": state,
+                    "command": s.spec.command,
+                    "tools": s.session.as_ref().map(|x| x.tools.len()),
+                    "why": s.failure.as_ref().map(failure_message),
+                })
+            })
+            .collect()
+    }
+}
+
 /// Names the `gm` object has of its own.
 const RESERVED: &[&str] = &["verbs", "try"];
 

@@ -106,7 +106,7 @@ impl JsHost for Host {
                 other => other.to_json(),
             });
             let secrets = ctx.secrets.get();
-            if let Some(log) = &ctx.log {
+            if ctx.log.is_some() {
                 let logged_args = ctx.blobs.args_for_log(&args, &secrets);
                 let fields = CodeCallFields {
                     verb: &name,
@@ -119,7 +119,7 @@ impl JsHost for Host {
                     body,
                     error: result.as_ref().err().and_then(|e| e.get("code")),
                 };
-                log.do_send(secrets.log_event("code-call", &fields));
+                ctx.log(secrets.log_event("code-call", &fields));
             }
             match result {
                 Ok(value) => Ok(secrets.redact_json(value)),

@@ -31,3 +31,4 @@ pub mod update;
 pub mod verbs;
 pub mod walk;
 pub mod watch;
+pub mod worker;

@@ -72,7 +72,7 @@ fn cli() -> Command {
                         .help("Serve in this process, without the relay that restarts a worker that dies (for debugging and benchmarks)"),
                 )
                 .arg(
-                    // How the relay starts each worker: the server itself, with the restarts so far.
+                    // How a relay starts the workspace's worker, with the deaths of the last minute.
                     Arg::new("worker")
                         .long("worker")
                         .value_parser(value_parser!(u32))
@@ -96,6 +96,12 @@ fn cli() -> Command {
             .arg(Arg::new("repeat").long("repeat").value_parser(value_parser!(usize)).help("Replay the whole log this many times [default: 1]"))
             .arg(Arg::new("keep").long("keep").value_parser(value_parser!(PathBuf)).help("Replay into this new directory and keep it"))
             .arg(Arg::new("json").long("json").action(ArgAction::SetTrue).help("Print the report as JSON")),
+    );
+    cmd = cmd.subcommand(
+        Command::new("status")
+            .about("Show the workspace's worker: its build, sessions, jobs, background bodies and child servers")
+            .arg(workspace_arg())
+            .arg(Arg::new("json").long("json").action(ArgAction::SetTrue).help("Print the status as JSON")),
     );
     cmd = cmd.subcommand(
         Command::new("docs").about("Print a reference table of gm as markdown, from the code itself").arg(
@@ -174,13 +180,21 @@ fn main() -> ExitCode {
         if worker.is_none() && !sub.get_flag("no-relay") {
             let code = gm::relay::run(gm::relay::RelayOptions {
                 serve_args: std::env::args_os().skip(2).collect(),
+                workspace: workspace_of(sub),
+                surface: sub.get_one::<Surface>("surface").copied().unwrap_or(Surface::Code),
                 max_line_bytes: sub.get_one::<usize>("max-line-bytes").copied().unwrap_or(DEFAULT_MAX_LINE_BYTES),
-                log_path: gm::relay::log_path(&workspace_of(sub)),
+                page_size: sub.get_one::<usize>("page-size").copied().unwrap_or(DEFAULT_PAGE_SIZE),
+                step_budget: sub.get_one::<u64>("step-budget").copied().unwrap_or(DEFAULT_STEP_BUDGET),
+                max_inflight: sub.get_one::<usize>("max-inflight").copied().unwrap_or(DEFAULT_MAX_INFLIGHT),
+                mcp_config: sub.get_one::<PathBuf>("mcp-config").cloned(),
             });
             return ExitCode::from(u8::try_from(code).unwrap_or(1));
         }
         let opts = ServeOptions {
-            worker,
+            mode: match worker {
+                Some(restarts) => serve::Mode::Worker { restarts },
+                None => serve::Mode::Stdio,
+            },
             workspace: workspace_of(sub),
             surface: sub.get_one::<Surface>("surface").copied().unwrap_or(Surface::Code),
             max_inflight: sub.get_one::<usize>("max-inflight").copied().unwrap_or(DEFAULT_MAX_INFLIGHT),
@@ -199,6 +213,9 @@ fn main() -> ExitCode {
     }
     if name == "bench" {
         return bench(sub);
+    }
+    if name == "status" {
+        return status(&workspace_of(sub), sub.get_flag("json"));
     }
     let path = |id: &str| sub.get_one::<PathBuf>(id).cloned();
     if name == "install" {
@@ -260,6 +277,30 @@ fn report<T: serde::Serialize, E: std::fmt::Display>(command: &str, result: Resu
         }
         Err(e) => {
             eprintln!("gm {command}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `gm status`: exit 0 with the worker's status, 3 when no worker serves the workspace (as
+/// `systemctl status` says "not running"), 1 on an error.
+fn status(workspace: &std::path::Path, json_out: bool) -> ExitCode {
+    match gm::worker::status::query(workspace) {
+        Ok(status) => {
+            if json_out {
+                let v = json!({ "workspace": workspace, "running": status.is_some(), "status": status });
+                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+            } else {
+                print!("{}", gm::worker::status::render(workspace, status.as_ref()));
+            }
+            if status.is_some() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(3)
+            }
+        }
+        Err(e) => {
+            eprintln!("gm status: {e}");
             ExitCode::FAILURE
         }
     }

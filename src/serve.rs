@@ -1,7 +1,10 @@
 //! Starting gm: the actors and the server for `gm serve`, and the one-shot CLI verb runner.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::sync::Arc;
+use std::time::Duration;
 
 use actix::prelude::*;
 use gm_actors::file_locks::FileLocks;
@@ -18,15 +21,17 @@ use crate::blobs::Blobs;
 use crate::children::Children;
 use crate::gitignore;
 use crate::mcp_config;
-use crate::run_state::{Loaded, RunState, RunStateFile};
+use crate::run_state::RunStore;
 use crate::search::calls::CallIndex;
 use crate::search::index_actor::SearchIndex;
 use crate::secrets::SecretsFile;
 use crate::server::surface::Surface;
-use crate::server::{Server, Stop};
 use crate::skills::Skills;
 use crate::verbs::{self, Ctx, Shared, VerbError};
 use crate::watch::{Status as WatchStatus, Watcher};
+use crate::worker::hello::{Build, Hello, WorkerSettings};
+use crate::worker::paths::{self, Files};
+use crate::worker::{OpenStdio, Stop, Worker, WorkerSpec};
 
 pub const DEFAULT_MAX_INFLIGHT: usize = 8;
 /// The longest JSON-RPC line gm reads; longer lines are dropped unread and answered with an error.
@@ -50,8 +55,7 @@ pub struct ServeOptions {
     pub step_budget: u64,
     /// `--mcp-config`: a third layer of child server config.
     pub mcp_config: Option<PathBuf>,
-    /// Under the relay: how many workers it started before this one.
-    pub worker: Option<u32>,
+    pub mode: Mode,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -66,6 +70,12 @@ pub enum ServeError {
     System(std::io::Error),
     #[error(transparent)]
     McpConfig(#[from] crate::mcp_config::ConfigError),
+    #[error("workspace {} is already served by a gm worker{}: `gm status` shows it; a relay (`gm serve` without --no-relay) joins it", workspace.display(), pid.map(|p| format!(" (pid {p})")).unwrap_or_default())]
+    AlreadyServed { workspace: PathBuf, pid: Option<u64> },
+    #[error("the worker's socket: {0}")]
+    Socket(std::io::Error),
+    #[error("cannot open the session: {0}")]
+    Session(String),
 }
 
 pub fn workspace(path: &Path) -> Result<PathBuf, ServeError> {
@@ -136,24 +146,44 @@ pub fn new_run_id() -> String {
     format!("{stamp}-{}", &id[..8])
 }
 
-/// Serves MCP on stdio until stdin closes or a signal stops it; returns the exit code.
+/// A session id: `s-` and the UTC time the relay started, plus a random suffix.
+pub fn new_session_id() -> String {
+    format!("s-{}", new_run_id())
+}
+
+/// How this gm serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// `--no-relay`: the workspace's worker, serving its own stdio as one session (and
+    /// relays on its socket) until stdin closes.
+    Stdio,
+    /// Started by a relay: detached, it serves relays on its socket until it has been idle for
+    /// its grace. `restarts`: how many workers of this workspace died in the last minute.
+    Worker { restarts: u32 },
+}
+
+/// Serves until the end its mode gives (stdin closing, the idle grace, a signal); returns the
+/// exit code.
 pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
     // A worker inherits the relay's small-pages setting; its heaps are the big ones.
     sys::huge_pages(true);
     let workspace = workspace(&opts.workspace)?;
     // A config the user named must be there; the other layers only say what is wrong.
     let mcp_config = mcp_config::load(&workspace, opts.mcp_config.as_deref())?;
+    let files = Files::of(&workspace);
+    std::fs::create_dir_all(&files.state_dir)
+        .map_err(|source| ServeError::Workspace { path: files.state_dir.clone(), source })?;
+    let life = take_life_lock(&files, opts.mode)?;
+    let socket_path = paths::socket_path(&workspace).map_err(ServeError::Socket)?;
+    // Holding the life lock, any socket at this path is a dead worker's.
+    let _ = std::fs::remove_file(&socket_path);
+    let listener = std::os::unix::net::UnixListener::bind(&socket_path).map_err(ServeError::Socket)?;
+    let worker_id = format!("worker-{}", new_run_id());
+    write_life_lock(&life, &worker_id, &socket_path);
     let system = System::new();
     let started: Result<(), ServeError> = system.block_on(async {
-        let state_dir = workspace.join(".gm");
-        // An unfinished run left by an earlier gm is continued; otherwise a new one starts.
-        let run_file = RunStateFile::new(&state_dir);
-        let (run, resumed, run_state_error) = match run_file.load() {
-            Loaded::Unfinished(run) => (run, true, None),
-            Loaded::None => (RunState::new(new_run_id(), opts.step_budget), false, None),
-            Loaded::Unreadable(why) => (RunState::new(new_run_id(), opts.step_budget), false, Some(why)),
-        };
-        let (writer, report) = LogWriter::open(&state_dir.join("log.jsonl"), &run.run_id)?;
+        let state_dir = files.state_dir.clone();
+        let (writer, report) = LogWriter::open(&state_dir.join("log.jsonl"), &worker_id)?;
         let log = writer.start();
         let skills = Arc::new(Skills::locate());
         let jobs = Jobs::new(state_dir.join("jobs")).start();
@@ -179,21 +209,16 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
                 "version": env!("CARGO_PKG_VERSION"),
                 "exe": std::env::current_exe().ok(),
                 "workspace": workspace,
-                "surface": opts.surface.as_str(),
-                "relay": opts.worker.map(|restarts| json!({ "restarts": restarts })),
+                "worker": worker_id,
+                "socket": socket_path,
+                "mode": match opts.mode { Mode::Stdio => "stdio", Mode::Worker { .. } => "worker" },
+                "relay": match opts.mode { Mode::Worker { restarts } => json!({ "restarts": restarts }), Mode::Stdio => Value::Null },
                 "maxInflight": opts.max_inflight,
                 "skills": skills.source(),
                 "previousSeq": report.last_seq,
                 "repairedBytes": report.repaired_bytes,
-                "resumed": resumed.then(|| json!({ "step": run.step, "task": run.task })),
             }),
         ));
-        if let Some(why) = run_state_error {
-            log.do_send(Event::new(
-                "run-state",
-                json!({ "state": "unreadable", "error": why, "then": "a new run started" }),
-            ));
-        }
         match gitignore::ensure(&workspace, GITIGNORE_LINES) {
             Ok(gitignore::Outcome::Added(lines)) if !lines.is_empty() => {
                 log.do_send(Event::new("gitignore", json!({ "added": lines })));
@@ -214,38 +239,121 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
         if report.repaired_bytes > 0 {
             eprintln!("gm: cut a torn last line ({} bytes) from the run log", report.repaired_bytes);
         }
-        // The JS engines start when a connection opens the read gate (run_code is near), or
-        // at the first body: an idle server or the tools surface does not pay for them.
-        let js = JsEngines::new(JS_ENGINES);
-        let app = App {
+        // The JS engines start when a session opens the read gate (run_code is near), or at
+        // the first body: an idle worker or the tools surface does not pay for them.
+        let app = Rc::new(App {
             ctx,
-            surface: opts.surface,
-            run_file,
-            step_budget: opts.step_budget,
-            js,
-            out: StdoutWriter::default().start(),
-            max_line_bytes: opts.max_line_bytes,
-            page_size: opts.page_size.max(1),
+            runs: RunStore::new(&state_dir),
+            js: JsEngines::new(JS_ENGINES),
             progress_every: env_millis("GM_PROGRESS_INTERVAL_MS").unwrap_or(PROGRESS_EVERY),
+        });
+        let settings = WorkerSettings { max_inflight: opts.max_inflight, mcp_config: opts.mcp_config.clone() };
+        let spec = WorkerSpec {
+            files: files.clone(),
+            listener: Some((listener, socket_path.clone())),
+            settings: settings.clone(),
+            idle: crate::worker::idle_grace(),
+            id: worker_id.clone(),
         };
-        let server = Server::new(app, run, resumed).start();
-        spawn_stdin_reader(opts.max_line_bytes, server.clone().recipient()).map_err(ServeError::Stdin)?;
+        let worker = Worker::new(app, spec).start();
+        if opts.mode == Mode::Stdio {
+            let hello = Hello {
+                protocol: crate::worker::hello::PROTOCOL,
+                session: new_session_id(),
+                relay: Build::this_process(),
+                surface: opts.surface.as_str().to_owned(),
+                page_size: opts.page_size,
+                step_budget: opts.step_budget,
+                max_line_bytes: opts.max_line_bytes,
+                worker: settings,
+            };
+            let out = StdoutWriter::default().start().recipient();
+            let server = worker
+                .send(OpenStdio { hello, out })
+                .await
+                .map_err(|e| ServeError::Session(e.to_string()))?
+                .map_err(ServeError::Session)?;
+            spawn_stdin_reader(opts.max_line_bytes, server.recipient()).map_err(ServeError::Stdin)?;
+        }
         // SIGINT, SIGTERM and SIGHUP end what gm started, then gm.
         actix::spawn(async move {
             match sys::stop_signal().await {
-                Ok(signal) => server.do_send(Stop::Signal(signal)),
+                Ok(signal) => worker.do_send(Stop::Signal(signal)),
                 Err(e) => eprintln!("gm: cannot watch for signals: {e}"),
             }
         });
         Ok(())
     });
     let code = match started {
-        Ok(()) => system.run_with_code().map_err(ServeError::System),
+        Ok(()) => {
+            if let Mode::Worker { .. } = opts.mode {
+                signal_ready(&files);
+            }
+            system.run_with_code().map_err(ServeError::System)
+        }
         Err(e) => Err(e),
     };
     // stdin's flags are shared with the parent: give them back however gm stops.
     sys::restore_stdin();
+    drop(life);
     code
+}
+
+/// How long a worker started by a relay waits for the worker before it to let go of the
+/// workspace (one leaving after its idle grace, or stopping after a signal).
+const LIFE_LOCK_WAIT: Duration = Duration::from_secs(30);
+
+/// Takes `.gm/worker.pid`, held for the worker's life: never two workers for one workspace.
+/// `--no-relay` refuses at once when a worker holds it; a worker a relay started waits for
+/// the one before it to finish leaving.
+fn take_life_lock(files: &Files, mode: Mode) -> Result<std::fs::File, ServeError> {
+    let deadline = std::time::Instant::now() + LIFE_LOCK_WAIT;
+    loop {
+        match sys::lock_file(&files.life_lock, false) {
+            Ok(Some(file)) => return Ok(file),
+            Ok(None) if mode != Mode::Stdio && std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Ok(None) => {
+                let holder: Option<Value> =
+                    std::fs::read(&files.life_lock).ok().and_then(|b| serde_json::from_slice(&b).ok());
+                return Err(ServeError::AlreadyServed {
+                    workspace: files.workspace.clone(),
+                    pid: holder.as_ref().and_then(|h| h["pid"].as_u64()),
+                });
+            }
+            Err(e) => return Err(ServeError::Workspace { path: files.life_lock.clone(), source: e }),
+        }
+    }
+}
+
+/// Says who holds the life lock, for `--no-relay` refusals and for people.
+fn write_life_lock(life: &std::fs::File, id: &str, socket: &Path) {
+    let me = json!({
+        "pid": std::process::id(),
+        "version": env!("CARGO_PKG_VERSION"),
+        "exe": std::env::current_exe().ok(),
+        "worker": id,
+        "socket": socket,
+        "startedMs": gm_actors::clock::now_ms(),
+    });
+    let _ = life.set_len(0);
+    let _ = (&*life).write_all(format!("{me}\n").as_bytes());
+}
+
+/// A worker a relay started tells it that it listens: `ready` on the stdout pipe, after which
+/// stdout and stdin go to /dev/null and stderr to `.gm/worker.log` (the relay may be gone
+/// before the worker). Until then, anything it printed (a startup error) reached the relay.
+fn signal_ready(files: &Files) {
+    use std::os::fd::AsFd;
+    let ready = std::io::stdout().as_fd().try_clone_to_owned().map(std::fs::File::from);
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(&files.worker_log);
+    if let Ok(log) = &log {
+        let _ = sys::detach_stdio(log);
+    }
+    if let Ok(mut ready) = ready {
+        let _ = ready.write_all(b"ready\n");
+    }
 }
 
 /// Runs one verb in `workspace` and returns its result or its structured error.

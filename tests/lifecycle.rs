@@ -69,8 +69,12 @@ fn each_stop_signal_ends_the_foreground_shell_logs_the_stop_and_gives_stdin_its_
         // SAFETY: as above.
         let after = unsafe { libc::fcntl(stdin.as_raw_fd(), libc::F_GETFL) };
         assert_eq!(after & libc::O_NONBLOCK, before & libc::O_NONBLOCK, "{name}: stdin's flags were not restored");
-        let stop = common::read_log(&gm.log_path()).into_iter().find(|e| e["kind"] == "stop").expect("a stop event");
-        assert_eq!(stop["signal"], name);
+        // The session ended (its worker stays for other sessions), naming the signal.
+        let stop = common::read_log(&gm.log_path())
+            .into_iter()
+            .find(|e| e["kind"] == "session-end")
+            .expect("a session-end event");
+        assert_eq!((stop["reason"].as_str(), stop["signal"].as_str()), (Some("signal"), Some(name)));
         // SAFETY: kill(2) on the job's process.
         unsafe { libc::kill(job, libc::SIGKILL) };
     }
@@ -110,10 +114,32 @@ fn a_gm_started_after_a_crash_continues_the_task_and_the_step_count() {
     let four = second.call_ok("next_context", json!({}));
     assert_eq!(four["step"], 4);
     assert!(four.get("resumed").is_none(), "only the first step after the restart says so");
-    let starts = second.events_of("start");
-    assert_eq!(starts.len(), 2);
-    assert_eq!(starts[1]["resumed"]["step"], 2);
-    assert_eq!(starts[1]["run"], one["runId"], "the new gm's events carry the run's id");
+    // The worker outlived the host: the new session took the run over from the one that left.
+    assert_eq!(second.events_of("start").len(), 1);
+    let opened = second.events_of("session").into_iter().filter(|e| e["state"] == "opened").collect::<Vec<_>>();
+    assert_eq!(opened.len(), 2, "{opened:?}");
+    let how = &opened[1]["runOpened"];
+    assert_eq!((how["how"].as_str(), how["step"].as_u64()), (Some("taken-over"), Some(2)), "{how}");
+    assert_eq!(how.get("fromSession"), Some(&opened[0]["session"]));
+    assert_eq!(opened[1]["run"], one["runId"], "the session's events carry the run it took over");
+    let action = second.events_of("action").into_iter().last().expect("an action");
+    assert_eq!(action["run"], one["runId"], "the new session's events carry the run's id");
+}
+
+#[test]
+fn a_worker_started_after_a_crash_continues_the_task_and_the_step_count() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut first = Gm::start_in(dir.path(), &[], &[]);
+    first.initialize("2025-11-25");
+    let one = first.call_ok("next_context", json!({ "task": "ship the parser" }));
+    common::kill_worker(dir.path());
+    first.signal(libc::SIGKILL);
+    first.wait_exit(Duration::from_secs(5)).expect("gm died");
+    let mut second = Gm::start_in(dir.path(), &[], &[]);
+    second.initialize("2025-11-25");
+    let two = second.call_ok("next_context", json!({}));
+    assert_eq!((two["step"].as_u64(), &two["runId"], &two["task"]), (Some(2), &one["runId"], &one["task"]));
+    assert_eq!(second.events_of("start").len(), 2, "a new worker");
 }
 
 #[test]

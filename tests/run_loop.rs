@@ -206,8 +206,7 @@ fn a_background_body_is_stopped_by_a_restart_and_the_log_says_so() {
     first.ready();
     let r = first.call_ok("run_code", json!({ "code": "await new Promise(() => {})", "timeoutMs": 100 }));
     let name = r["background"].as_str().expect("name").to_owned();
-    first.close_stdin();
-    first.wait_exit(Duration::from_secs(5)).expect("exit");
+    common::shut_down(first);
     let mut second = Gm::start_in(dir.path(), &[], &[]);
     second.ready();
     let stopped = second.events_of("job").into_iter().find(|e| e["name"] == name.as_str()).expect("a job event");

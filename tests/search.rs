@@ -4,7 +4,6 @@ mod common;
 
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
 
 use common::Gm;
 use serde_json::{json, Value};
@@ -33,11 +32,10 @@ fn serve(dir: &Path) -> Gm {
     gm
 }
 
-/// Stops `gm` (stdin closed, as a host does), lets `between` change the workspace, starts a new one.
+/// Stops `gm` and its worker (the host leaves, the worker is stopped), lets `between` change
+/// the workspace, starts a new one.
 fn restart(gm: Gm, dir: &Path, between: impl FnOnce(&Path)) -> Gm {
-    let mut gm = gm;
-    gm.close_stdin();
-    gm.wait_exit(Duration::from_secs(5)).expect("gm exits");
+    common::shut_down(gm);
     between(dir);
     serve(dir)
 }

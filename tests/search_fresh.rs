@@ -217,8 +217,7 @@ fn a_big_tree_without_an_index_gets_a_provisional_answer_then_the_built_one() {
     assert_eq!(hits(&built), hits(&first));
     assert_eq!(built["fresh"], "watch");
     // A damaged index is set aside: the next gm answers provisionally again, then rebuilds.
-    gm.close_stdin();
-    gm.wait_exit(std::time::Duration::from_secs(5)).expect("gm exits");
+    common::shut_down(gm);
     let mut damaged = 0;
     for entry in std::fs::read_dir(dir.path().join(".gm/index")).expect("index dir").flatten() {
         if entry.path().extension().is_some_and(|x| x == "term") {

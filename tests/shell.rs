@@ -176,6 +176,8 @@ fn a_restarted_gm_adopts_a_running_job_and_settles_one_that_ended() {
     first.initialize("2025-11-25");
     first.call_ok("job_start", json!({ "name": "long", "command": "sleep 1.5; echo finished", "timeoutMs": 60000 }));
     first.call_ok("job_start", json!({ "name": "short", "command": "sleep 0.2; exit 3" }));
+    // The worker dies with its host's relay.
+    common::kill_worker(dir.path());
     // SAFETY: kill(2) on the child's pid.
     unsafe { libc::kill(first.pid() as i32, libc::SIGKILL) };
     first.wait_exit(Duration::from_secs(5)).expect("gm died");
@@ -200,7 +202,7 @@ fn a_restarted_gm_adopts_a_running_job_and_settles_one_that_ended() {
     assert_eq!(long["state"], "exited");
     assert_eq!(long["tail"], "finished\n");
     // A third start reports nothing new about them.
-    drop(second);
+    common::shut_down(second);
     let mut third = Gm::start_in(dir.path(), &["--surface", "tools"], &[]);
     third.initialize("2025-11-25");
     let seen: usize = third.events_of("job").len();
@@ -213,6 +215,8 @@ fn an_adopted_job_keeps_its_remaining_timeout() {
     let mut first = Gm::start_in(dir.path(), &["--surface", "tools"], &[]);
     first.initialize("2025-11-25");
     first.call_ok("job_start", json!({ "name": "bounded", "command": "sleep 1000", "timeoutMs": 1500 }));
+    // The worker dies with its host's relay.
+    common::kill_worker(dir.path());
     // SAFETY: kill(2) on the child's pid.
     unsafe { libc::kill(first.pid() as i32, libc::SIGKILL) };
     first.wait_exit(Duration::from_secs(5)).expect("gm died");

@@ -4,8 +4,9 @@
 //! `seq` increases with every line, so the file is its own index from seq to byte offset: a
 //! bisection over byte offsets finds the first line past a seq in about log2(size / line)
 //! short reads. Lines are filtered on their header (`{"seq":N,"ts":"…","run":"…","kind":"K"`,
-//! always first, as [`crate::log_writer::LogWriter`] writes them) and only the events a query
-//! returns are parsed; the rest are counted.
+//! then `,"session":"S"` for a session's event, always first, as
+//! [`crate::log_writer::LogWriter`] writes them) and only the events a query returns are
+//! parsed; the rest are counted.
 //!
 //! These functions do blocking reads: the LogWriter runs them on a blocking thread (the one-shot
 //! CLI, which has no server, calls them directly).
@@ -24,7 +25,14 @@ pub struct Query {
     pub limit: usize,
     /// The last `limit` matching events (still oldest first) instead of the first.
     pub newest: bool,
+    /// Only the events of this host session. A newest-first read looks back at most
+    /// [`SESSION_LOOKBACK`] bytes for them.
+    pub session: Option<String>,
 }
+
+/// How far back a newest-first read of one session's events looks: a session that made no
+/// call for a long time finds fewer events rather than reading the whole log.
+pub const SESSION_LOOKBACK: u64 = 16 << 20;
 
 #[derive(Debug, Clone, Default)]
 pub struct QueryResult {
@@ -36,28 +44,44 @@ pub struct QueryResult {
     pub last_seq: u64,
 }
 
-/// A line's seq and kind, read from its header without parsing the rest.
-fn header(line: &[u8]) -> Option<(u64, &[u8])> {
+/// What a line's header says: its seq, kind and session.
+struct Head {
+    seq: u64,
+    kind: Option<String>,
+    session: Option<String>,
+}
+
+/// A line's header read without parsing the rest: seq, kind, and the session that directly
+/// follows the kind when there is one.
+fn header(line: &[u8]) -> Option<Head> {
     let rest = line.strip_prefix(b"{\"seq\":")?;
     let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
     let seq = std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()?;
     // The first `"kind":"` is the header's: inside a JSON string a quote is escaped.
     let at = memchr::memmem::find(rest, b"\"kind\":\"")? + 8;
     let len = memchr::memchr(b'"', &rest[at..])?;
-    Some((seq, &rest[at..at + len]))
+    let kind = std::str::from_utf8(&rest[at..at + len]).ok().map(str::to_owned);
+    let after = &rest[at + len + 1..];
+    let session = after.strip_prefix(b",\"session\":\"").and_then(|s| {
+        let end = memchr::memchr(b'"', s)?;
+        std::str::from_utf8(&s[..end]).ok().map(str::to_owned)
+    });
+    Some(Head { seq, kind, session })
 }
 
-/// A line's seq and kind: from the header when the line has gm's layout, else by parsing it.
-fn seq_and_kind(line: &[u8]) -> Option<(u64, Option<String>)> {
-    if let Some((seq, kind)) = header(line) {
-        return Some((seq, std::str::from_utf8(kind).ok().map(str::to_owned)));
+/// A line's header: read directly when the line has gm's layout, else by parsing it.
+fn head_of(line: &[u8]) -> Option<Head> {
+    if let Some(head) = header(line) {
+        return Some(head);
     }
     let v: Value = serde_json::from_slice(line).ok()?;
-    Some((v.get("seq")?.as_u64()?, v.get("kind").and_then(Value::as_str).map(str::to_owned)))
+    let text = |key: &str| v.get(key).and_then(Value::as_str).map(str::to_owned);
+    Some(Head { seq: v.get("seq")?.as_u64()?, kind: text("kind"), session: text("session") })
 }
 
-fn matches(q: &Query, kind: Option<&str>) -> bool {
-    q.kind.as_deref().is_none_or(|k| Some(k) == kind)
+fn matches(q: &Query, head: &Head) -> bool {
+    q.kind.as_deref().is_none_or(|k| Some(k) == head.kind.as_deref())
+        && q.session.as_deref().is_none_or(|s| Some(s) == head.session.as_deref())
 }
 
 /// The byte offset of the first complete line at or after `at`.
@@ -78,7 +102,7 @@ fn seq_at(file: &mut File, at: u64, len: u64) -> std::io::Result<Option<u64>> {
     let mut reader = BufReader::with_capacity(4096, file.take(len - at));
     let mut line = Vec::new();
     reader.read_until(b'\n', &mut line)?;
-    Ok(seq_and_kind(trim_newline(&line)).map(|(seq, _)| seq))
+    Ok(head_of(trim_newline(&line)).map(|h| h.seq))
 }
 
 /// The offset of the first line whose seq is above `since`: a bisection over line starts. A
@@ -196,8 +220,8 @@ impl<'q> Forward<'q> {
 
     fn line(&self, line: &[u8], out: &mut QueryResult) {
         let text = trim_newline(line);
-        let Some((seq, kind)) = seq_and_kind(text) else { return };
-        if seq <= self.since || !matches(self.q, kind.as_deref()) {
+        let Some(head) = head_of(text) else { return };
+        if head.seq <= self.since || !matches(self.q, &head) {
             return;
         }
         if out.events.len() < self.q.limit {
@@ -221,7 +245,8 @@ fn newest(file: &mut File, len: u64, q: &Query, mut out: QueryResult) -> std::io
     let mut end = len;
     let mut window: u64 = 256 * 1024;
     let mut done = false;
-    while end > 0 && !done {
+    let stop_at = if q.session.is_some() { len.saturating_sub(SESSION_LOOKBACK) } else { 0 };
+    while end > stop_at && !done {
         let start = end.saturating_sub(window);
         file.seek(SeekFrom::Start(start))?;
         let mut bytes = Vec::with_capacity((end - start) as usize);
@@ -231,12 +256,12 @@ fn newest(file: &mut File, len: u64, q: &Query, mut out: QueryResult) -> std::io
         let cut = if start > 0 { memchr::memchr(b'\n', &bytes).map_or(bytes.len(), |i| i + 1) } else { 0 };
         for line in bytes[cut..].rsplit(|&b| b == b'\n') {
             let text = trim_newline(line);
-            let Some((seq, kind)) = seq_and_kind(text) else { continue };
-            if seq <= since {
+            let Some(head) = head_of(text) else { continue };
+            if head.seq <= since {
                 done = true;
                 break;
             }
-            if !matches(q, kind.as_deref()) {
+            if !matches(q, &head) {
                 continue;
             }
             found.push(text.to_vec());
@@ -263,12 +288,12 @@ fn last_seq(file: &mut File, len: u64) -> std::io::Result<u64> {
     file.seek(SeekFrom::Start(start))?;
     let mut bytes = Vec::new();
     (&mut *file).take(len - start).read_to_end(&mut bytes)?;
-    Ok(bytes.rsplit(|&b| b == b'\n').find_map(|l| seq_and_kind(trim_newline(l)).map(|(seq, _)| seq)).unwrap_or(0))
+    Ok(bytes.rsplit(|&b| b == b'\n').find_map(|l| head_of(trim_newline(l)).map(|h| h.seq)).unwrap_or(0))
 }
 
 /// The last `n` events of a log file, oldest first.
 pub fn tail_file(path: &Path, n: usize) -> std::io::Result<Vec<Value>> {
-    Ok(query_file(path, &Query { kind: None, since_seq: None, limit: n, newest: true })?.events)
+    Ok(query_file(path, &Query { limit: n, newest: true, ..Query::default() })?.events)
 }
 
 #[cfg(test)]
@@ -303,8 +328,11 @@ mod tests {
     fn a_query_from_a_seq_returns_what_follows_it_wherever_it_falls() {
         let (_dir, path) = log(20_000);
         for since in [0u64, 1, 2, 4_999, 12_345, 19_998, 19_999, 20_000, 30_000] {
-            let r = query_file(&path, &Query { kind: None, since_seq: Some(since), limit: 3, newest: false })
-                .expect("query");
+            let r = query_file(
+                &path,
+                &Query { kind: None, since_seq: Some(since), limit: 3, newest: false, session: None },
+            )
+            .expect("query");
             let expected: Vec<u64> = (since + 1..=20_000).take(3).collect();
             assert_eq!(seqs(&r), expected, "since {since}");
             assert_eq!(r.more, Some(20_000u64.saturating_sub(since).saturating_sub(3) as usize), "since {since}");
@@ -315,12 +343,17 @@ mod tests {
     #[test]
     fn a_kind_filter_reads_the_header_not_a_field_that_looks_like_it() {
         let (_dir, path) = log(100);
-        let r =
-            query_file(&path, &Query { kind: Some("action".into()), since_seq: Some(90), limit: 10, newest: false })
-                .expect("query");
+        let r = query_file(
+            &path,
+            &Query { kind: Some("action".into()), since_seq: Some(90), limit: 10, newest: false, session: None },
+        )
+        .expect("query");
         assert_eq!(seqs(&r), [93, 96, 99]);
-        let r = query_file(&path, &Query { kind: Some("fake".into()), since_seq: None, limit: 10, newest: false })
-            .expect("query");
+        let r = query_file(
+            &path,
+            &Query { kind: Some("fake".into()), since_seq: None, limit: 10, newest: false, session: None },
+        )
+        .expect("query");
         assert!(r.events.is_empty());
         // A field deeper in the line with the same shape as the header's kind is not the kind.
         let nested = path.with_file_name("nested.jsonl");
@@ -330,20 +363,27 @@ mod tests {
              {\"seq\":2,\"ts\":\"t\",\"run\":\"r\",\"kind\":\"end\",\"args\":{\"kind\":\"end\"}}\n",
         )
         .expect("write");
-        let r = query_file(&nested, &Query { kind: Some("end".into()), since_seq: None, limit: 10, newest: false })
-            .expect("query");
+        let r = query_file(
+            &nested,
+            &Query { kind: Some("end".into()), since_seq: None, limit: 10, newest: false, session: None },
+        )
+        .expect("query");
         assert_eq!(seqs(&r), [2]);
     }
 
     #[test]
     fn the_newest_events_come_oldest_first_and_the_read_stops_at_the_limit() {
         let (_dir, path) = log(50_000);
-        let r = query_file(&path, &Query { kind: Some("action".into()), since_seq: None, limit: 4, newest: true })
-            .expect("query");
+        let r = query_file(
+            &path,
+            &Query { kind: Some("action".into()), since_seq: None, limit: 4, newest: true, session: None },
+        )
+        .expect("query");
         assert_eq!(seqs(&r), [49_989, 49_992, 49_995, 49_998]);
         assert_eq!(r.more, None, "a newest-first read stops at its limit");
         let r =
-            query_file(&path, &Query { kind: None, since_seq: Some(49_990), limit: 100, newest: true }).expect("query");
+            query_file(&path, &Query { kind: None, since_seq: Some(49_990), limit: 100, newest: true, session: None })
+                .expect("query");
         assert_eq!(seqs(&r), (49_991..=50_000).collect::<Vec<_>>());
         assert_eq!(tail_file(&path, 2).expect("tail").len(), 2);
     }

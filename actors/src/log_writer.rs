@@ -1,7 +1,9 @@
 //! The run log: `.gm/log.jsonl`, one JSON object per line, written only by this actor.
 //!
 //! Every line starts with `seq` (strictly increasing, continued across restarts), `ts`
-//! (RFC 3339, UTC), `run` and `kind`, then the event's own fields.
+//! (RFC 3339, UTC), `run` and `kind`, then `session` for an event of a host's session, then the
+//! event's own fields. An event of a session carries that session's run; the worker's own events
+//! (start, watch, child servers, jobs it adopts) carry the worker's id as their `run`.
 //!
 //! Durability: events are buffered and group-committed — written together at most
 //! [`COMMIT_INTERVAL`] after the first unwritten event, then fdatasync'ed by a sync thread, so
@@ -91,13 +93,18 @@ impl LogWriter {
         self.buf.extend_from_slice(b",\"ts\":\"");
         self.buf.extend_from_slice(ts.as_bytes());
         self.buf.extend_from_slice(b"\",\"run\":");
-        write_json_str(&mut self.buf, &self.run);
+        let run = event.scope.as_ref().map_or(self.run.as_str(), |s| &*s.run);
+        write_json_str(&mut self.buf, run);
         self.buf.extend_from_slice(b",\"kind\":");
         write_json_str(&mut self.buf, &event.kind);
+        if let Some(scope) = &event.scope {
+            self.buf.extend_from_slice(b",\"session\":");
+            write_json_str(&mut self.buf, &scope.session);
+        }
         match &event.fields {
             Fields::Map(fields) => {
                 for (k, v) in fields {
-                    if matches!(k.as_str(), "seq" | "ts" | "run" | "kind") {
+                    if matches!(k.as_str(), "seq" | "ts" | "run" | "kind" | "session") {
                         continue;
                     }
                     self.buf.push(b',');
@@ -253,12 +260,21 @@ fn write_json_str(buf: &mut Vec<u8>, s: &str) {
     let _ = serde_json::to_writer(&mut *buf, s);
 }
 
-/// One log event: its kind and its own fields.
+/// One log event: its kind, its own fields, and the session and run it belongs to.
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "u64")]
 pub struct Event {
     pub kind: String,
     pub fields: Fields,
+    /// `None` for the worker's own events.
+    pub scope: Option<Scope>,
+}
+
+/// The host session an event belongs to, and that session's run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scope {
+    pub session: std::sync::Arc<str>,
+    pub run: std::sync::Arc<str>,
 }
 
 /// An event's own fields: a JSON object, or (on hot paths) already serialized.
@@ -266,7 +282,8 @@ pub struct Event {
 pub enum Fields {
     Map(Map<String, Value>),
     /// The text of a JSON object, written as it is. It must not use the line's own keys
-    /// (`seq`, `ts`, `run`, `kind`): [`Event::serialized`] is for gm's own fixed shapes.
+    /// (`seq`, `ts`, `run`, `kind`, `session`): [`Event::serialized`] is for gm's own fixed
+    /// shapes.
     Text(String),
 }
 
@@ -281,23 +298,26 @@ impl Event {
                 map
             }
         };
-        Self { kind: kind.to_owned(), fields: Fields::Map(fields) }
+        Self { kind: kind.to_owned(), fields: Fields::Map(fields), scope: None }
+    }
+
+    /// The event as one of `scope`'s session (or the worker's own, for `None`).
+    pub fn in_scope(mut self, scope: Option<&Scope>) -> Self {
+        self.scope = scope.cloned();
+        self
     }
 
     /// An event whose fields are a struct, serialized here without building a JSON value.
     /// Falls back to [`Event::new`]'s shape if `fields` is not an object.
     pub fn serialized<T: serde::Serialize>(kind: &str, fields: &T) -> Self {
         match serde_json::to_string(fields) {
-            Ok(text) if text.starts_with('{') => Self { kind: kind.to_owned(), fields: Fields::Text(text) },
+            Ok(text) if text.starts_with('{') => {
+                Self { kind: kind.to_owned(), fields: Fields::Text(text), scope: None }
+            }
             _ => Self::new(kind, serde_json::to_value(fields).unwrap_or_default()),
         }
     }
 }
-
-/// Events from now on belong to this run (a new run started after `finish`).
-#[derive(Debug, Message)]
-#[rtype(result = "()")]
-pub struct SetRun(pub String);
 
 /// Write everything appended so far to the file (without syncing it): a reader of the file sees
 /// every event sent before this message. Answers with the last seq.
@@ -316,10 +336,13 @@ pub struct Flush;
 #[rtype(result = "Result<QueryResult, String>")]
 pub struct ReadLog(pub Query);
 
-/// The log's last `n` events, oldest first.
+/// The log's last `n` events, oldest first: all of them, or one session's.
 #[derive(Debug, Message)]
 #[rtype(result = "Vec<Value>")]
-pub struct Tail(pub usize);
+pub struct Tail {
+    pub n: usize,
+    pub session: Option<String>,
+}
 
 impl Actor for LogWriter {
     type Context = Context<Self>;
@@ -353,13 +376,6 @@ impl Handler<Event> for LogWriter {
     }
 }
 
-impl Handler<SetRun> for LogWriter {
-    type Result = ();
-    fn handle(&mut self, msg: SetRun, _: &mut Context<Self>) {
-        self.run = msg.0;
-    }
-}
-
 impl Handler<WriteOut> for LogWriter {
     type Result = Result<u64, String>;
     fn handle(&mut self, _: WriteOut, _: &mut Context<Self>) -> Self::Result {
@@ -385,7 +401,10 @@ impl Handler<Tail> for LogWriter {
         self.note_failure(res);
         let path = self.path.clone();
         Box::pin(async move {
-            tokio::task::spawn_blocking(move || tail_file(&path, msg.0).unwrap_or_default()).await.unwrap_or_default()
+            let q = Query { limit: msg.n, newest: true, session: msg.session, ..Query::default() };
+            tokio::task::spawn_blocking(move || query_file(&path, &q).map(|r| r.events).unwrap_or_default())
+                .await
+                .unwrap_or_default()
         })
     }
 }
@@ -489,6 +508,31 @@ mod tests {
         assert_eq!(v["seq"], 1);
         assert_eq!(v["run"], "run-x");
         assert_eq!(v["ok"], true);
+    }
+
+    #[test]
+    fn a_scoped_event_carries_its_session_and_run_and_a_worker_event_the_default_run() {
+        let path = temp_log("scoped");
+        let (mut w, _) = LogWriter::open(&path, "worker-1").expect("open");
+        let scope = Scope { session: "s-a".into(), run: "run-a".into() };
+        w.append(Event::new("action", json!({ "session": "forged", "ok": 1 })).in_scope(Some(&scope)));
+        w.append(Event::new("watch", json!({})));
+        w.commit().expect("commit");
+        let text = std::fs::read_to_string(&path).expect("read");
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].starts_with("{\"seq\":1,\"ts\":\""), "{}", lines[0]);
+        assert!(
+            lines[0].contains("\"run\":\"run-a\",\"kind\":\"action\",\"session\":\"s-a\",\"ok\":1}"),
+            "{}",
+            lines[0]
+        );
+        let watch: Value = serde_json::from_str(lines[1]).expect("json");
+        assert_eq!((watch["run"].as_str(), watch.get("session")), (Some("worker-1"), None));
+        let tail =
+            query_file(&path, &Query { limit: 5, newest: true, session: Some("s-a".into()), ..Query::default() })
+                .expect("tail");
+        assert_eq!(tail.events.len(), 1, "only the session's own events: {:?}", tail.events);
+        assert_eq!(tail.events[0]["ok"], 1);
     }
 
     #[test]

@@ -350,9 +350,170 @@ pub fn exit_code_of(status: &std::process::ExitStatus) -> i32 {
     status.code().unwrap_or(1)
 }
 
+/// An exclusive advisory lock on `path` (created if missing), held until the file is dropped
+/// (or the process ends). `wait`: block until it is free; else `Ok(None)` when another holds it.
+#[cfg(unix)]
+pub fn lock_file(path: &std::path::Path, wait: bool) -> std::io::Result<Option<std::fs::File>> {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)?;
+    let op = if wait { libc::LOCK_EX } else { libc::LOCK_EX | libc::LOCK_NB };
+    loop {
+        // SAFETY: flock(2) on a descriptor we own; no memory is touched.
+        if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
+            return Ok(Some(file));
+        }
+        let e = std::io::Error::last_os_error();
+        match e.kind() {
+            std::io::ErrorKind::Interrupted => continue,
+            std::io::ErrorKind::WouldBlock => return Ok(None),
+            _ => return Err(e),
+        }
+    }
+}
+
+/// Whether another process holds the lock of [`lock_file`] on `path` (false when the file is
+/// missing).
+#[cfg(unix)]
+pub fn is_locked(path: &std::path::Path) -> bool {
+    use std::os::fd::AsRawFd;
+    let Ok(file) = std::fs::OpenOptions::new().read(true).open(path) else { return false };
+    // SAFETY: flock(2) on a descriptor we own; the probe's lock goes with the descriptor.
+    let got = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } == 0;
+    !got
+}
+
+/// Starts the command in a session of its own (setsid): no controlling terminal, its own
+/// process group, so a host's Ctrl-C or the end of the terminal that started it does not reach it.
+#[cfg(unix)]
+pub fn detach(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setsid(2) is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Whether the other end of a connected socket has closed (or shut down its writing side),
+/// without reading anything.
+#[cfg(unix)]
+pub fn peer_closed(fd: std::os::fd::BorrowedFd<'_>) -> bool {
+    use std::os::fd::AsRawFd;
+    #[cfg(target_os = "linux")]
+    let events = libc::POLLIN | libc::POLLRDHUP;
+    #[cfg(not(target_os = "linux"))]
+    let events = libc::POLLIN;
+    let mut pfd = libc::pollfd { fd: fd.as_raw_fd(), events, revents: 0 };
+    // SAFETY: poll(2) on one pollfd we own, with no wait.
+    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+    if n <= 0 {
+        return false;
+    }
+    #[cfg(target_os = "linux")]
+    if pfd.revents & (libc::POLLRDHUP | libc::POLLHUP) != 0 {
+        return true;
+    }
+    pfd.revents & libc::POLLHUP != 0
+}
+
+/// The real user id of this process.
+#[cfg(unix)]
+pub fn current_uid() -> u32 {
+    // SAFETY: getuid(2) cannot fail and touches no memory.
+    unsafe { libc::getuid() }
+}
+
+/// Makes `dir` (and its parents) and checks that it is private to this user: a real directory
+/// (not a link), owned by us, with no access for group or others. A directory someone else
+/// made (another user in a shared `/tmp`) is refused, never used.
+#[cfg(unix)]
+pub fn private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    if let Err(e) = std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
+        if e.kind() != std::io::ErrorKind::AlreadyExists {
+            return Err(e);
+        }
+    }
+    let meta = std::fs::symlink_metadata(dir)?;
+    let refuse = |why: String| Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, why));
+    if !meta.is_dir() {
+        return refuse(format!("{} is not a directory", dir.display()));
+    }
+    if meta.uid() != current_uid() {
+        return refuse(format!("{} belongs to uid {}, not to this user", dir.display(), meta.uid()));
+    }
+    if meta.mode() & 0o077 != 0 {
+        // Our own directory with loose bits (an older umask): tighten it.
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}
+
+/// A process's resident memory in bytes, from `/proc/<pid>/statm`.
+pub fn rss_bytes(pid: u32) -> Option<u64> {
+    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf has no memory effects.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Some(pages * u64::try_from(page).unwrap_or(4096))
+}
+
+/// Points this process's stderr at `file` and its stdout at /dev/null: a detached worker, once
+/// it is ready, stops writing to the pipes of the relay that started it (which may be gone).
+#[cfg(unix)]
+pub fn detach_stdio(stderr_to: &std::fs::File) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let null = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null")?;
+    for (from, to) in [(stderr_to.as_raw_fd(), 2), (null.as_raw_fd(), 1), (null.as_raw_fd(), 0)] {
+        // SAFETY: dup2(2) onto the standard descriptors, which stay open for the process's
+        // life; the sources are open descriptors we own.
+        if unsafe { libc::dup2(from, to) } < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_lock_is_exclusive_until_its_holder_drops_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("a.lock");
+        assert!(!is_locked(&path));
+        let held = lock_file(&path, false).expect("lock").expect("free");
+        assert!(is_locked(&path));
+        assert!(lock_file(&path, false).expect("try").is_none(), "a second holder is refused");
+        drop(held);
+        assert!(lock_file(&path, false).expect("lock").is_some());
+    }
+
+    #[test]
+    fn a_private_dir_is_made_0700_and_a_link_in_its_place_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let private = dir.path().join("gm-x/sub");
+        private_dir(&private).expect("made");
+        let mode = std::fs::metadata(&private).expect("meta").permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        private_dir(&private).expect("tightened");
+        assert_eq!(std::fs::metadata(&private).expect("meta").permissions().mode() & 0o777, 0o700);
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&private, &link).expect("link");
+        assert!(private_dir(&link).is_err(), "a link is not a private directory");
+    }
+
+    #[test]
+    fn this_process_has_a_resident_size() {
+        assert!(rss_bytes(std::process::id()).is_some_and(|b| b > 0));
+    }
 
     #[test]
     fn this_process_exists_and_its_start_time_is_read() {

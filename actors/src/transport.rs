@@ -207,6 +207,155 @@ impl Handler<Send> for StdoutWriter {
     }
 }
 
+/// Lines read from one connection of the worker's socket, one [`Incoming`] at a time.
+#[cfg(unix)]
+pub struct SocketLines {
+    read: tokio::net::unix::OwnedReadHalf,
+    splitter: LineSplitter,
+    ready: std::collections::VecDeque<Incoming>,
+    buf: Vec<u8>,
+    closed: bool,
+}
+
+#[cfg(unix)]
+impl SocketLines {
+    pub fn new(read: tokio::net::unix::OwnedReadHalf, max_line: usize) -> Self {
+        Self {
+            read,
+            splitter: LineSplitter::new(max_line),
+            ready: std::collections::VecDeque::new(),
+            buf: vec![0u8; 64 * 1024],
+            closed: false,
+        }
+    }
+
+    /// The next line (or what stands for one); `None` after [`Incoming::Closed`].
+    pub async fn next(&mut self) -> Option<Incoming> {
+        loop {
+            if let Some(m) = self.ready.pop_front() {
+                return Some(m);
+            }
+            if self.closed {
+                return None;
+            }
+            if self.read.readable().await.is_err() {
+                self.close();
+                continue;
+            }
+            match self.read.try_read(&mut self.buf) {
+                Ok(0) => self.close(),
+                Ok(n) => {
+                    let ready = &mut self.ready;
+                    self.splitter.feed(&self.buf[..n], &mut |m| ready.push_back(m));
+                }
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted) => {}
+                Err(_) => self.close(),
+            }
+        }
+    }
+
+    fn close(&mut self) {
+        let ready = &mut self.ready;
+        self.splitter.finish(&mut |m| ready.push_back(m));
+        self.ready.push_back(Incoming::Closed);
+        self.closed = true;
+    }
+
+    /// Sets a limit on the next line (the first line, a relay's hello, is small).
+    pub fn set_max_line(&mut self, max_line: usize) {
+        self.splitter.max_line = max_line;
+    }
+}
+
+/// A connection's writer: lines go out at once when the socket takes them, else wait in a
+/// queue written as the socket drains, so one relay that reads slowly never blocks the arbiter
+/// every other session shares. A queue past its limit (a relay that stopped reading) closes the
+/// connection.
+#[cfg(unix)]
+pub struct SocketWriter {
+    write: std::rc::Rc<tokio::net::unix::OwnedWriteHalf>,
+    queue: Vec<u8>,
+    /// Bytes of `queue` already written.
+    done: usize,
+    flushing: bool,
+    limit: usize,
+    broken: bool,
+}
+
+#[cfg(unix)]
+impl SocketWriter {
+    pub fn new(write: tokio::net::unix::OwnedWriteHalf, limit: usize) -> Self {
+        Self { write: std::rc::Rc::new(write), queue: Vec::new(), done: 0, flushing: false, limit, broken: false }
+    }
+
+    /// Writes what the socket takes now; false when it failed (the peer is gone).
+    fn write_some(&mut self) -> bool {
+        while self.done < self.queue.len() {
+            match self.write.try_write(&self.queue[self.done..]) {
+                Ok(0) => return false,
+                Ok(n) => self.done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return false,
+            }
+        }
+        if self.done == self.queue.len() {
+            self.queue.clear();
+            self.done = 0;
+        }
+        true
+    }
+
+    fn flush_later(&mut self, ctx: &mut Context<Self>) {
+        if self.flushing || self.queue.is_empty() {
+            return;
+        }
+        self.flushing = true;
+        let write = self.write.clone();
+        ctx.spawn(actix::fut::wrap_future(async move { write.writable().await }).map(|ready, act: &mut Self, ctx| {
+            act.flushing = false;
+            if ready.is_err() || !act.write_some() {
+                act.broken = true;
+                act.queue = Vec::new();
+                return;
+            }
+            act.flush_later(ctx);
+        }));
+    }
+}
+
+#[cfg(unix)]
+impl Actor for SocketWriter {
+    type Context = Context<Self>;
+}
+
+#[cfg(unix)]
+impl Handler<Send> for SocketWriter {
+    type Result = ();
+    fn handle(&mut self, msg: Send, ctx: &mut Context<Self>) {
+        if self.broken {
+            return;
+        }
+        self.queue.extend_from_slice(msg.0.as_bytes());
+        self.queue.push(b'\n');
+        if self.flushing {
+            if self.queue.len() - self.done > self.limit {
+                // The peer stopped reading: end the connection rather than hold without end.
+                self.broken = true;
+                self.queue = Vec::new();
+                ctx.stop();
+            }
+            return;
+        }
+        if !self.write_some() {
+            self.broken = true;
+            self.queue = Vec::new();
+            return;
+        }
+        self.flush_later(ctx);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

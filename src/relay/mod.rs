@@ -1,70 +1,113 @@
-//! The relay: `gm serve` as the host sees it. It owns the host's stdio and runs the server as a
-//! worker child (`gm serve --worker`), forwarding lines both ways. When the worker dies (a
-//! panic that escapes, an abort in the engine's C code, SIGKILL, the OOM killer) the calls it
-//! held are answered with `worker_restarted`, a new worker is started, and the host's
-//! `initialize`, `notifications/initialized` and read of `skill://gm/SKILL.md` are replayed to
-//! it, so the connection, its read gate, the run and its jobs carry on.
+//! The relay: `gm serve` as the host sees it. It owns the host's stdio and one session of the
+//! workspace's worker (`crate::worker`), which it finds on the worker's socket or starts
+//! ([`connect`]), and forwards lines both ways. When the worker dies (a panic that escapes, an
+//! abort in the engine's C code, SIGKILL, the OOM killer) the calls this session had in flight
+//! are answered with `worker_restarted`, the worker is found again — started by this relay, or
+//! by another relay of the workspace that saw the death first — and the host's `initialize`,
+//! `notifications/initialized` and read of `skill://gm/SKILL.md` are replayed to it under the
+//! same session, so the connection, its read gate and its run carry on.
 //!
 //! Nothing here can crash: no JS, no verbs, no JSON beyond [`peek`] (ids and methods) and the
-//! small replies it writes itself. Each line is held once, in the buffer it was read into.
+//! small lines it writes itself. Each line is held once, in the buffer it was read into.
 //!
 //! Threads: the caller's thread reads the host and writes to the worker; a supervisor thread
-//! reads the worker, writes to the host, and restarts the worker; a signal thread forwards
-//! SIGINT, SIGTERM and SIGHUP to the worker.
+//! reads the worker, writes to the host, and reconnects; a signal thread ends the session on
+//! SIGINT, SIGTERM and SIGHUP.
 
+mod connect;
 mod lines;
 pub mod peek;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{BufReader, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use gm_actors::sys;
 use serde_json::{json, Value};
 
+use crate::server::surface::Surface;
+use crate::worker::exits::{self, Exit};
+use crate::worker::hello::{Build, Hello, WorkerSettings, PROTOCOL};
+use crate::worker::paths::Files;
+use connect::{ConnectError, Connection, Finder};
 use lines::{LineReader, ReadLine};
-use peek::Peek;
+use peek::{id_key, Peek};
 
 /// Lines that arrive together are written on in batches of up to this many bytes.
 const BATCH_BYTES: usize = 256 << 10;
-/// Deaths within [`CRASH_WINDOW`] after which the worker is not started again.
+/// Deaths of the workspace's worker within [`CRASH_WINDOW`] after which it is not started again.
 pub const MAX_CRASHES: usize = 5;
 pub const CRASH_WINDOW: Duration = Duration::from_secs(60);
+/// The pause before starting the worker again after its 1st, 2nd, 3rd and 4th death in the window.
+const BACKOFF: [Duration; 4] =
+    [Duration::ZERO, Duration::from_millis(200), Duration::from_millis(800), Duration::from_millis(3200)];
+/// Failed attempts in a row (a refused session, a socket that will not connect) after which the
+/// relay gives up.
+const MAX_ATTEMPTS: usize = 10;
+/// How long a relay ended by a signal waits for the worker to end its session.
+const SIGNAL_GRACE: Duration = Duration::from_millis(800);
 /// The skill whose read opens run_code's gate; replayed to a new worker.
 const GATE_SKILL: &str = "skill://gm/SKILL.md";
 /// Ids of the relay's own replayed calls; their answers never reach the host.
 const REPLAY_INIT_ID: &str = "\"gm-relay:initialize\"";
 const REPLAY_SKILL_ID: &str = "\"gm-relay:skill-read\"";
+/// The notification a relay sends when a signal ends it: the worker cancels the session's
+/// calls at once instead of giving them a grace.
+pub const END_NOW: &str = "gm/relay/end";
 
 #[derive(Debug, Clone)]
 pub struct RelayOptions {
-    /// The `gm serve` arguments the relay was given, passed on to each worker.
+    /// The `gm serve` arguments the relay was given, passed on to a worker it starts.
     pub serve_args: Vec<OsString>,
+    pub workspace: PathBuf,
+    pub surface: Surface,
     pub max_line_bytes: usize,
-    /// The run log, named in the final error when the worker keeps dying.
-    pub log_path: PathBuf,
+    pub page_size: usize,
+    pub step_budget: u64,
+    pub max_inflight: usize,
+    pub mcp_config: Option<PathBuf>,
 }
 
-/// Runs the relay until the host closes stdin (or a signal stops it); returns the exit code.
+/// Runs the relay until the host closes stdin (or a signal ends it); returns the exit code.
 pub fn run(opts: RelayOptions) -> i32 {
     sys::huge_pages(false);
-    let relay = Arc::new(Relay::new(opts));
-    let (child, stdout) = match relay.spawn_worker(0) {
-        Ok((child, stdin, stdout)) => {
-            lock(&relay.pipe).stdin = Some(stdin);
-            (child, stdout)
+    let workspace = match std::fs::canonicalize(&opts.workspace) {
+        Ok(w) if w.is_dir() => w,
+        Ok(w) => {
+            eprintln!("gm: workspace {}: not a directory", w.display());
+            return 1;
         }
-        Err(why) => {
-            eprintln!("gm: {why}");
+        Err(e) => {
+            eprintln!("gm: workspace {}: {e}", opts.workspace.display());
             return 1;
         }
     };
-    forward_stop_signals(relay.clone());
+    // A config the user named must be there, whether this relay starts the worker or joins one.
+    if let Some(named) = &opts.mcp_config {
+        if let Err(e) = crate::mcp_config::load(&workspace, Some(named)) {
+            eprintln!("gm: {e}");
+            return 1;
+        }
+    }
+    let relay = Arc::new(Relay::new(opts, workspace));
+    let conn = match relay.connect_first() {
+        Ok(conn) => conn,
+        Err(e) => {
+            eprintln!("gm: {e}");
+            return 1;
+        }
+    };
+    for d in &conn.differs {
+        eprintln!("gm: the workspace's worker was already running; it keeps its own setting instead of {d}");
+    }
+    let Connection { reader, writer, worker, .. } = conn;
+    lock(&relay.pipe).writer = Some(writer);
+    watch_stop_signals(relay.clone());
     let host = {
         let relay = relay.clone();
         std::thread::Builder::new().name("gm-relay-host".into()).spawn(move || relay.read_host())
@@ -76,7 +119,7 @@ pub fn run(opts: RelayOptions) -> i32 {
             return 1;
         }
     };
-    match relay.supervise(child, stdout) {
+    match relay.supervise(reader, worker) {
         // The host's reader may be blocked on its stdin: the process ends without it.
         Ended::Exit(code) => code,
         Ended::GaveUp => {
@@ -88,18 +131,18 @@ pub fn run(opts: RelayOptions) -> i32 {
 
 /// How the supervisor ended.
 enum Ended {
-    /// The worker exited after the host left or a signal: the relay exits with this code.
+    /// The host left or a signal ended the relay: exit with this code.
     Exit(i32),
     /// The worker kept dying; the relay answers calls with the reason until the host leaves.
     GaveUp,
 }
 
-/// The worker's stdin and whether the relay gave up on it.
+/// The worker's side of the session and whether the relay gave up on it.
 struct Pipe {
-    stdin: Option<ChildStdin>,
-    /// Which worker `stdin` belongs to: 0 for the first, one more for each restart.
+    writer: Option<UnixStream>,
+    /// Which connection `writer` belongs to: 0 for the first, one more for each reconnect.
     generation: u64,
-    /// Set after [`MAX_CRASHES`]: every later call is answered with this.
+    /// Set once the relay gave up: every later call is answered with this.
     dead: Option<String>,
 }
 
@@ -111,21 +154,69 @@ struct Handshake {
     skill_read: bool,
 }
 
+/// A call sent to the worker and not answered yet.
+#[derive(Debug, Clone)]
+struct Call {
+    /// The id as the host wrote it, for the relay's own answer.
+    raw_id: String,
+    tool_call: bool,
+}
+
+/// Lines to write to the worker, with where each ends and the calls among them.
+#[derive(Default)]
+struct Outgoing {
+    bytes: Vec<u8>,
+    /// The end offset of each line in `bytes`.
+    ends: Vec<usize>,
+    /// (line index, id key, call).
+    calls: Vec<(usize, String, Call)>,
+    /// Ids the host cancelled in these lines: they leave the calls in flight once written.
+    cancels: Vec<String>,
+}
+
+impl Outgoing {
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.ends.clear();
+        self.calls.clear();
+        self.cancels.clear();
+    }
+
+    fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    /// The lines from `first` on, as their own batch.
+    fn lines_from(&self, first: usize) -> Outgoing {
+        let start = if first == 0 { 0 } else { self.ends[first - 1] };
+        Outgoing {
+            bytes: self.bytes[start..].to_vec(),
+            ends: self.ends[first..].iter().map(|e| e - start).collect(),
+            calls: self
+                .calls
+                .iter()
+                .filter(|(l, ..)| *l >= first)
+                .map(|(l, k, c)| (l - first, k.clone(), c.clone()))
+                .collect(),
+            cancels: self.cancels.clone(),
+        }
+    }
+}
+
 struct Relay {
-    exe: PathBuf,
-    serve_args: Vec<OsString>,
+    finder: Finder,
+    hello: Hello,
     max_line: usize,
-    log_path: PathBuf,
-    /// Held while a line is written to the worker and while a worker is replaced, so a call
-    /// is either in flight on the old worker (and answered as lost) or sent to the new one.
+    /// Held while lines are written to the worker and while the connection is replaced, so a
+    /// call is either in flight on the old worker (and answered as lost) or sent to the new one.
     pipe: Mutex<Pipe>,
-    /// Calls sent to the worker and not answered yet: id -> whether it is a tools/call.
-    inflight: Mutex<HashMap<String, bool>>,
+    /// Calls sent to the worker and not answered yet, by [`id_key`].
+    inflight: Mutex<HashMap<String, Call>>,
     handshake: Mutex<Handshake>,
     host_out: Mutex<std::io::Stdout>,
     host_closed: AtomicBool,
-    stopping: AtomicBool,
-    worker_pid: AtomicU32,
+    /// A signal ended the relay (its number), or 0.
+    signalled: AtomicI32,
 }
 
 /// A mutex whose holder panicked still guards sound data here (plain maps and handles).
@@ -134,41 +225,62 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Relay {
-    fn new(opts: RelayOptions) -> Relay {
+    fn new(opts: RelayOptions, workspace: PathBuf) -> Relay {
+        let files = Files::of(&workspace);
+        let hello = Hello {
+            protocol: PROTOCOL,
+            session: crate::serve::new_session_id(),
+            relay: Build::this_process(),
+            surface: opts.surface.as_str().to_owned(),
+            page_size: opts.page_size,
+            step_budget: opts.step_budget,
+            max_line_bytes: opts.max_line_bytes,
+            worker: WorkerSettings {
+                max_inflight: opts.max_inflight,
+                // The worker resolves it against the relay's folder: give it whole.
+                mcp_config: opts.mcp_config.map(|p| std::path::absolute(&p).unwrap_or(p)),
+            },
+        };
         Relay {
-            exe: worker_exe(),
-            serve_args: opts.serve_args,
+            finder: Finder { files, exe: worker_exe(), serve_args: opts.serve_args, reaped: Default::default() },
+            hello,
             max_line: opts.max_line_bytes,
-            log_path: opts.log_path,
-            pipe: Mutex::new(Pipe { stdin: None, generation: 0, dead: None }),
+            pipe: Mutex::new(Pipe { writer: None, generation: 0, dead: None }),
             inflight: Mutex::new(HashMap::new()),
             handshake: Mutex::new(Handshake::default()),
             host_out: Mutex::new(std::io::stdout()),
             host_closed: AtomicBool::new(false),
-            stopping: AtomicBool::new(false),
-            worker_pid: AtomicU32::new(0),
+            signalled: AtomicI32::new(0),
         }
     }
 
-    /// Starts a worker. Its stdin goes into the pipe only once any replay is done.
-    fn spawn_worker(&self, restarts: u32) -> Result<(Child, ChildStdin, ChildStdout), String> {
-        let mut child = Command::new(&self.exe)
-            .arg("serve")
-            .arg("--worker")
-            .arg(restarts.to_string())
-            .args(&self.serve_args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| format!("cannot start the worker {}: {e}", self.exe.display()))?;
-        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err("the worker's pipes were not made".into());
-        };
-        self.worker_pid.store(child.id(), Ordering::SeqCst);
-        Ok((child, stdin, stdout))
+    /// The first connection: a worker that cannot start ends the relay with its message.
+    fn connect_first(&self) -> Result<Connection, ConnectError> {
+        let mut attempts = 0;
+        loop {
+            let deaths = exits::deaths(&self.finder.files.exits, CRASH_WINDOW);
+            if deaths.len() >= MAX_CRASHES {
+                return Err(ConnectError::Other(self.gave_up_message(&deaths)));
+            }
+            match self.finder.connect(&self.hello, deaths.len()) {
+                // Refused while another worker was leaving, a socket gone stale: try again.
+                Err(ConnectError::Refused(_) | ConnectError::Other(_)) if attempts < 3 => {
+                    attempts += 1;
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn gave_up_message(&self, deaths: &[Exit]) -> String {
+        let causes: Vec<&str> = deaths.iter().map(|d| d.cause.as_str()).collect();
+        format!(
+            "gm's worker died {} times within a minute ({}) and is not started again; the run log is {}; restart the MCP server to try again",
+            deaths.len(),
+            causes.join(", "),
+            self.finder.files.state_dir.join("log.jsonl").display()
+        )
     }
 
     /// The host's side: each line is peeked, noted when it belongs to the handshake, tracked
@@ -179,22 +291,19 @@ impl Relay {
         // buffer to buffer as it arrives.
         let mut line = Vec::with_capacity(1 << 16);
         // Lines that arrived together go to the worker in one write.
-        let mut batch = Vec::with_capacity(BATCH_BYTES);
-        let mut calls: Vec<(String, bool)> = Vec::new();
-        let mut line_calls: Vec<(String, bool)> = Vec::new();
+        let mut out = Outgoing { bytes: Vec::with_capacity(BATCH_BYTES), ..Outgoing::default() };
         loop {
             match reader.read_line(&mut line) {
                 Ok(ReadLine::Line) => {}
                 Ok(ReadLine::TooLong) => {
-                    self.send_to_worker(&batch, &calls);
-                    batch.clear();
-                    calls.clear();
+                    self.send_to_worker(&out);
+                    out.clear();
                     // Past the limit the worker drops it unread and answers; the relay only
                     // passes the bytes on, never holding more than the limit.
                     let mut pipe = lock(&self.pipe);
-                    if let Some(stdin) = pipe.stdin.as_mut() {
-                        let _ = stdin.write_all(&line);
-                        let _ = reader.pass_rest(|chunk| stdin.write_all(chunk));
+                    if let Some(writer) = pipe.writer.as_mut() {
+                        let _ = writer.write_all(&line);
+                        let _ = reader.pass_rest(|chunk| writer.write_all(chunk));
                     } else {
                         let _ = reader.pass_rest(|_| Ok(()));
                     }
@@ -202,84 +311,117 @@ impl Relay {
                 }
                 Ok(ReadLine::Eof) | Err(_) => break,
             }
-            line_calls.clear();
+            let mut notes = Outgoing::default();
             if Peek::is_batch(&line) {
                 for peek in Peek::of_batch(&line) {
-                    self.note_call(peek, &line, &mut line_calls);
+                    self.note(peek, &line, &mut notes);
                 }
             } else {
-                self.note_call(Peek::of(&line), &line, &mut line_calls);
+                self.note(Peek::of(&line), &line, &mut notes);
             }
             line.push(b'\n');
             if line.len() >= BATCH_BYTES {
-                self.send_to_worker(&batch, &calls);
-                batch.clear();
-                calls.clear();
-                self.send_to_worker(&line, &line_calls);
+                // A big line goes alone, from its own buffer: never copied into a batch.
+                self.send_to_worker(&out);
+                out.clear();
+                notes.ends.push(line.len());
+                notes.bytes = std::mem::take(&mut line);
+                self.send_to_worker(&notes);
+                line = std::mem::take(&mut notes.bytes);
                 continue;
             }
-            batch.extend_from_slice(&line);
-            calls.append(&mut line_calls);
+            let index = out.ends.len();
+            out.calls.extend(notes.calls.drain(..).map(|(_, key, call)| (index, key, call)));
+            out.cancels.append(&mut notes.cancels);
+            out.bytes.extend_from_slice(&line);
+            out.ends.push(out.bytes.len());
             // A lone call (nothing else in flight) goes at once: the host is waiting for it.
-            let more =
-                reader.has_buffered() || (!lock(&self.inflight).is_empty() && sys::more_input_soon(&std::io::stdin()));
-            if !more || batch.len() >= BATCH_BYTES {
-                self.send_to_worker(&batch, &calls);
-                batch.clear();
-                calls.clear();
+            let more = out.bytes.len() < BATCH_BYTES
+                && (reader.has_buffered()
+                    || (!lock(&self.inflight).is_empty() && sys::more_input_soon(&std::io::stdin())));
+            if !more {
+                self.send_to_worker(&out);
+                out.clear();
             }
         }
-        self.send_to_worker(&batch, &calls);
+        self.send_to_worker(&out);
         self.host_closed.store(true, Ordering::SeqCst);
-        // Closing the worker's stdin is how it learns the host left.
-        lock(&self.pipe).stdin = None;
+        // Closing our side is how the worker learns the host left; its answers still come.
+        if let Some(writer) = lock(&self.pipe).writer.as_ref() {
+            let _ = writer.shutdown(std::net::Shutdown::Write);
+        }
     }
 
-    /// Writes host lines to the worker, tracking the calls among them (id, whether a
-    /// tools/call). A write that fails reached no worker (the pipe has no reader once the
-    /// worker is dead, and what was in it died with it), so the lines wait for the next worker
-    /// instead of being answered as lost.
-    fn send_to_worker(&self, bytes: &[u8], calls: &[(String, bool)]) {
-        if bytes.is_empty() {
+    /// Writes host lines to the worker, tracking the calls among them. A write that fails
+    /// part way reached a worker that is gone: the lines it took whole may have run (their
+    /// calls stay in flight, to be answered as lost), the rest wait for the next worker.
+    fn send_to_worker(&self, out: &Outgoing) {
+        if out.is_empty() {
             return;
         }
+        let mut pending: Option<Outgoing> = None;
         let mut tried: Option<u64> = None;
         loop {
+            let batch = pending.as_ref().unwrap_or(out);
             let mut pipe = lock(&self.pipe);
             if let Some(why) = &pipe.dead {
                 let why = why.clone();
                 drop(pipe);
-                for (id, tool_call) in calls {
-                    self.answer_lost(id, *tool_call, "worker_failed", &why);
+                for (_, _, call) in &batch.calls {
+                    self.answer_lost(call, "worker_failed", &why);
                 }
                 return;
             }
-            if tried == Some(pipe.generation) || pipe.stdin.is_none() {
+            if tried == Some(pipe.generation) || pipe.writer.is_none() {
                 drop(pipe);
                 std::thread::sleep(Duration::from_millis(2));
                 continue;
             }
-            lock(&self.inflight).extend(calls.iter().cloned());
+            {
+                let mut inflight = lock(&self.inflight);
+                for (_, key, call) in &batch.calls {
+                    inflight.insert(key.clone(), call.clone());
+                }
+            }
             let generation = pipe.generation;
-            let written = pipe.stdin.as_mut().is_some_and(|stdin| stdin.write_all(bytes).is_ok());
-            if written {
+            let Some(writer) = pipe.writer.as_mut() else { continue };
+            let written = write_counting(writer, &batch.bytes);
+            if written == batch.bytes.len() {
+                let mut inflight = lock(&self.inflight);
+                for key in &batch.cancels {
+                    // A cancelled call gets no answer: it must not be answered later as lost.
+                    inflight.remove(key);
+                }
                 return;
             }
-            let mut inflight = lock(&self.inflight);
-            for (id, _) in calls {
-                inflight.remove(id);
+            let first_unsent = batch.ends.iter().position(|&end| end > written).unwrap_or(batch.ends.len());
+            let rest = batch.lines_from(first_unsent);
+            {
+                let mut inflight = lock(&self.inflight);
+                for (_, key, _) in &rest.calls {
+                    inflight.remove(key);
+                }
             }
+            if rest.is_empty() {
+                return;
+            }
+            pending = Some(rest);
             tried = Some(generation);
         }
     }
 
-    /// Notes what one message means for the handshake, and adds it to `calls` when it is a
-    /// call (its id, and whether it is a tools/call).
-    fn note_call(&self, peek: Peek, line: &[u8], calls: &mut Vec<(String, bool)>) {
-        self.note_handshake(&peek, line);
+    /// Notes what one message means for the handshake and adds its call (or cancellation) to
+    /// `out`, as part of line 0.
+    fn note(&self, peek: Peek, raw: &[u8], out: &mut Outgoing) {
+        self.note_handshake(&peek, raw);
+        if peek.method.as_deref() == Some("notifications/cancelled") {
+            if let Some(id) = &peek.cancels {
+                out.cancels.push(id_key(id));
+            }
+        }
         let tool_call = peek.method.as_deref() == Some("tools/call");
         if let Some(id) = peek.id.filter(|_| peek.method.is_some()) {
-            calls.push((id, tool_call));
+            out.calls.push((0, id_key(&id), Call { raw_id: id, tool_call }));
         }
     }
 
@@ -297,90 +439,109 @@ impl Relay {
         }
     }
 
-    /// The worker's side, for as long as the relay runs: forwards its lines, and when it dies,
-    /// answers what it held and starts another. Returns the relay's exit code.
-    fn supervise(&self, mut child: Child, stdout: ChildStdout) -> Ended {
-        let mut reader = BufReader::with_capacity(1 << 16, stdout);
-        let mut crashes: VecDeque<(Instant, String)> = VecDeque::new();
-        let mut restarts = 0u32;
+    fn ending(&self) -> Option<i32> {
+        match self.signalled.load(Ordering::SeqCst) {
+            0 if self.host_closed.load(Ordering::SeqCst) => Some(0),
+            0 => None,
+            n => Some(128 + n),
+        }
+    }
+
+    /// The worker's side, for as long as the relay runs: forwards its lines, and when the
+    /// connection drops, answers what it held and connects again.
+    fn supervise(&self, mut reader: BufReader<UnixStream>, mut worker: Build) -> Ended {
         loop {
             self.pump(&mut reader);
-            let cause = match child.wait() {
-                Ok(status) if self.host_closed.load(Ordering::SeqCst) || self.stopping.load(Ordering::SeqCst) => {
-                    return Ended::Exit(sys::exit_code_of(&status));
-                }
-                Ok(status) => sys::exit_cause(&status),
-                Err(e) => format!("cannot be waited for ({e})"),
-            };
-            if self.host_closed.load(Ordering::SeqCst) || self.stopping.load(Ordering::SeqCst) {
-                return Ended::Exit(1);
+            if let Some(code) = self.ending() {
+                return Ended::Exit(code);
             }
-            // Holding the pipe: the host's next lines wait for the new worker.
+            // Holding the pipe: the host's next lines wait for the new connection.
             let mut pipe = lock(&self.pipe);
-            pipe.stdin = None;
-            let mut cause = cause;
-            let mut lost_answered = false;
+            pipe.writer = None;
+            let cause = self.cause_of(worker.pid);
+            let message = format!(
+                "gm's worker stopped ({cause}) while this call was running, and was restarted; the call's effects may be partial: check before retrying"
+            );
+            self.answer_inflight("worker_restarted", &message);
+            let mut attempts = 0;
             loop {
-                let now = Instant::now();
-                crashes.push_back((now, cause));
-                while crashes.front().is_some_and(|(t, _)| now.duration_since(*t) > CRASH_WINDOW) {
-                    crashes.pop_front();
+                if let Some(code) = self.ending() {
+                    return Ended::Exit(code);
                 }
-                if crashes.len() >= MAX_CRASHES {
-                    let causes: Vec<&str> = crashes.iter().map(|(_, c)| c.as_str()).collect();
-                    let why = format!(
-                        "gm's worker died {} times within a minute ({}) and is not started again; the run log is {}; restart the MCP server to try again",
-                        crashes.len(),
-                        causes.join(", "),
-                        self.log_path.display()
-                    );
+                let deaths = exits::deaths(&self.finder.files.exits, CRASH_WINDOW);
+                if deaths.len() >= MAX_CRASHES || attempts >= MAX_ATTEMPTS {
+                    let why = if deaths.len() >= MAX_CRASHES {
+                        self.gave_up_message(&deaths)
+                    } else {
+                        format!(
+                            "gm's worker could not be reached again after {attempts} attempts; the run log is {}; restart the MCP server to try again",
+                            self.finder.files.state_dir.join("log.jsonl").display()
+                        )
+                    };
                     eprintln!("gm: {why}");
                     self.answer_inflight("worker_failed", &why);
                     pipe.dead = Some(why);
-                    self.worker_pid.store(0, Ordering::SeqCst);
                     return Ended::GaveUp;
                 }
-                if !lost_answered {
-                    let (_, cause) = crashes.back().map(|(t, c)| (t, c.as_str())).unwrap_or((&now, "?"));
-                    let message = format!(
-                        "gm's worker stopped ({cause}) while this call was running, and was restarted; the call's effects may be partial: check before retrying"
-                    );
-                    self.answer_inflight("worker_restarted", &message);
-                    lost_answered = true;
-                }
-                restarts += 1;
-                match self.restart(restarts) {
-                    Ok((new_child, new_reader, stdin)) => {
-                        child = new_child;
-                        reader = new_reader;
-                        pipe.stdin = Some(stdin);
-                        pipe.generation += 1;
-                        break;
+                std::thread::sleep(BACKOFF[deaths.len().min(BACKOFF.len() - 1)]);
+                match self.finder.connect(&self.hello, deaths.len()) {
+                    Ok(mut conn) => match self.replay(&mut conn) {
+                        Ok(()) => {
+                            reader = conn.reader;
+                            worker = conn.worker;
+                            pipe.writer = Some(conn.writer);
+                            pipe.generation += 1;
+                            break;
+                        }
+                        Err(why) => {
+                            eprintln!("gm: {why}");
+                            attempts += 1;
+                        }
+                    },
+                    // Recorded as a death by the finder: the deaths decide what follows.
+                    Err(ConnectError::Startup { message }) => eprintln!("gm: {message}"),
+                    Err(e) => {
+                        eprintln!("gm: {e}");
+                        attempts += 1;
+                        std::thread::sleep(Duration::from_millis(200));
                     }
-                    Err(why) => cause = why,
                 }
             }
         }
     }
 
-    /// Starts a worker and replays the handshake to it; its answers to the replay are read
-    /// here and dropped.
-    fn restart(&self, restarts: u32) -> Result<(Child, BufReader<ChildStdout>, ChildStdin), String> {
-        let (mut child, mut stdin, stdout) = self.spawn_worker(restarts)?;
-        let mut reader = BufReader::with_capacity(1 << 16, stdout);
-        let replayed = self.replay(&mut stdin, &mut reader);
-        match replayed {
-            Ok(()) => Ok((child, reader, stdin)),
-            Err(why) => {
-                drop(stdin);
-                let _ = child.kill();
-                let status = child.wait().map(|s| sys::exit_cause(&s)).unwrap_or_default();
-                Err(format!("{why} ({status})"))
-            }
+    /// How worker `pid` ended, as recorded by the relay that reaps it (or the worker itself,
+    /// when it stopped on purpose); a death nobody recorded is recorded here.
+    fn cause_of(&self, pid: u32) -> String {
+        let exits_file = &self.finder.files.exits;
+        // A worker this relay started: its reaper says how it ended (a clean stop's own line
+        // wins).
+        if let Some(cause) = self.finder.reaped.cause(pid, Duration::from_secs(10)) {
+            return exits::of(exits_file, pid).filter(|e| e.clean).map_or(cause, |e| e.cause);
         }
+        for _ in 0..30 {
+            if let Some(exit) = exits::of(exits_file, pid) {
+                return exit.cause;
+            }
+            if !sys::process_exists(pid) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if let Some(exit) = exits::of(exits_file, pid) {
+            return exit.cause;
+        }
+        if sys::process_exists(pid) {
+            return "its connection closed".into();
+        }
+        let cause = "it ended unseen".to_owned();
+        exits::record(exits_file, &Exit::now(pid, false, cause.clone()));
+        cause
     }
 
-    fn replay(&self, stdin: &mut ChildStdin, reader: &mut BufReader<ChildStdout>) -> Result<(), String> {
+    /// Replays the host's handshake to a new worker under the same session; its answers are
+    /// read here and dropped.
+    fn replay(&self, conn: &mut Connection) -> Result<(), String> {
         let (initialize, initialized, skill_read) = {
             let hs = lock(&self.handshake);
             (hs.initialize.clone(), hs.initialized, hs.skill_read)
@@ -388,29 +549,29 @@ impl Relay {
         let Some(initialize) = initialize else { return Ok(()) };
         let init_id = match with_id(&initialize, REPLAY_INIT_ID) {
             Some(line) => {
-                send(stdin, &line)?;
+                send(&mut conn.writer, &line)?;
                 REPLAY_INIT_ID.to_string()
             }
             None => {
                 // Not rewritable: sent as the host wrote it, its answer still dropped here.
-                send(stdin, &initialize)?;
+                send(&mut conn.writer, &initialize)?;
                 Peek::of(&initialize).id.unwrap_or_default()
             }
         };
-        self.await_answer(reader, &init_id)?;
+        self.await_answer(&mut conn.reader, &init_id)?;
         if initialized {
-            send(stdin, br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)?;
+            send(&mut conn.writer, br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)?;
         }
         if skill_read {
             let read = json!({ "jsonrpc": "2.0", "id": "gm-relay:skill-read", "method": "resources/read", "params": { "uri": GATE_SKILL } });
-            send(stdin, read.to_string().as_bytes())?;
-            self.await_answer(reader, REPLAY_SKILL_ID)?;
+            send(&mut conn.writer, read.to_string().as_bytes())?;
+            self.await_answer(&mut conn.reader, REPLAY_SKILL_ID)?;
         }
         Ok(())
     }
 
     /// Reads the worker until it answers `id`; anything else it says meanwhile goes to the host.
-    fn await_answer(&self, reader: &mut BufReader<ChildStdout>, id: &str) -> Result<(), String> {
+    fn await_answer(&self, reader: &mut BufReader<UnixStream>, id: &str) -> Result<(), String> {
         let mut line = Vec::new();
         loop {
             line.clear();
@@ -426,9 +587,9 @@ impl Relay {
         }
     }
 
-    /// Forwards the worker's lines to the host until it closes its stdout; lines that arrived
+    /// Forwards the worker's lines to the host until the connection closes; lines that arrived
     /// together go out in one write.
-    fn pump(&self, reader: &mut BufReader<ChildStdout>) {
+    fn pump(&self, reader: &mut BufReader<UnixStream>) {
         let mut line = Vec::with_capacity(1 << 16);
         let mut batch = Vec::with_capacity(BATCH_BYTES);
         loop {
@@ -442,13 +603,13 @@ impl Relay {
                 let mut inflight = lock(&self.inflight);
                 for peek in Peek::of_batch(&line) {
                     if let (true, Some(id)) = (peek.response, &peek.id) {
-                        inflight.remove(id);
+                        inflight.remove(&id_key(id));
                     }
                 }
             } else {
                 let peek = Peek::of(&line);
                 if let (true, Some(id)) = (peek.response, &peek.id) {
-                    lock(&self.inflight).remove(id);
+                    lock(&self.inflight).remove(&id_key(id));
                 }
             }
             if line.len() >= BATCH_BYTES {
@@ -469,17 +630,17 @@ impl Relay {
 
     /// Answers every call the dead worker held.
     fn answer_inflight(&self, code: &str, message: &str) {
-        let lost: Vec<(String, bool)> = lock(&self.inflight).drain().collect();
-        for (id, tool_call) in lost {
-            self.answer_lost(&id, tool_call, code, message);
+        let lost: Vec<Call> = lock(&self.inflight).drain().map(|(_, call)| call).collect();
+        for call in lost {
+            self.answer_lost(&call, code, message);
         }
     }
 
     /// A tool error result for a tools/call, a JSON-RPC error for anything else.
-    fn answer_lost(&self, id: &str, tool_call: bool, code: &str, message: &str) {
-        let id: Value = serde_json::from_str(id).unwrap_or(Value::Null);
+    fn answer_lost(&self, call: &Call, code: &str, message: &str) {
+        let id: Value = serde_json::from_str(&call.raw_id).unwrap_or(Value::Null);
         let error = json!({ "error": { "code": code, "message": message } });
-        let reply = if tool_call {
+        let reply = if call.tool_call {
             json!({
                 "jsonrpc": "2.0",
                 "id": id,
@@ -505,12 +666,42 @@ impl Relay {
         // A host that stopped reading is gone; its stdin closing ends the relay.
         let _ = out.write_all(line).and_then(|()| out.flush());
     }
+
+    /// A signal ends this session (not the worker, which other sessions may share): the
+    /// worker is asked to cancel the session's calls at once, and the relay exits once it has
+    /// closed the connection, or after a short grace.
+    fn end_by_signal(&self, signal: i32) {
+        if self.signalled.swap(signal, Ordering::SeqCst) != 0 {
+            return;
+        }
+        let end = json!({ "jsonrpc": "2.0", "method": END_NOW, "params": { "signal": sys::signal_name(signal) } });
+        if let Some(writer) = lock(&self.pipe).writer.as_mut() {
+            let _ = send(writer, end.to_string().as_bytes());
+            let _ = writer.shutdown(std::net::Shutdown::Write);
+        }
+        std::thread::sleep(SIGNAL_GRACE);
+        std::process::exit(128 + signal);
+    }
 }
 
-fn send(stdin: &mut ChildStdin, line: &[u8]) -> Result<(), String> {
-    stdin
+/// Writes as much of `bytes` as the socket takes; returns how many bytes went.
+fn write_counting(writer: &mut UnixStream, bytes: &[u8]) -> usize {
+    let mut written = 0;
+    while written < bytes.len() {
+        match writer.write(&bytes[written..]) {
+            Ok(0) => break,
+            Ok(n) => written += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    written
+}
+
+fn send(writer: &mut UnixStream, line: &[u8]) -> Result<(), String> {
+    writer
         .write_all(line)
-        .and_then(|()| stdin.write_all(b"\n"))
+        .and_then(|()| writer.write_all(b"\n"))
         .map_err(|e| format!("cannot write to the new worker: {e}"))
 }
 
@@ -522,8 +713,8 @@ fn with_id(line: &[u8], id: &str) -> Option<Vec<u8>> {
     serde_json::to_vec(&message).ok()
 }
 
-/// The binary each worker runs: the path the relay was started by when it names one, so a
-/// build installed under `~/.gmnew/current` meanwhile is the one a restarted worker runs
+/// The binary a worker is started from: the path the relay was started by when it names one,
+/// so a build installed under `~/.gmnew/current` meanwhile is the one the next worker runs
 /// (`current_exe` would resolve the link to the old build); else the running binary.
 fn worker_exe() -> PathBuf {
     let invoked = std::env::args_os().next().map(PathBuf::from);
@@ -537,27 +728,21 @@ fn worker_exe() -> PathBuf {
     std::env::current_exe().unwrap_or_else(|_| PathBuf::from("gm"))
 }
 
-/// SIGINT, SIGTERM and SIGHUP go to the worker, which ends what it started; the relay then
-/// exits with the worker's code.
-fn forward_stop_signals(relay: Arc<Relay>) {
+/// SIGINT, SIGTERM and SIGHUP end this relay's session.
+fn watch_stop_signals(relay: Arc<Relay>) {
     let spawned = std::thread::Builder::new().name("gm-relay-signals".into()).spawn(move || {
         let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
         rt.block_on(async {
-            while let Ok(signal) = sys::stop_signal().await {
-                relay.stopping.store(true, Ordering::SeqCst);
-                match relay.worker_pid.load(Ordering::SeqCst) {
-                    0 => std::process::exit(128 + signal),
-                    pid => sys::signal_process(pid, signal),
-                }
+            if let Ok(signal) = sys::stop_signal().await {
+                let relay = relay.clone();
+                // Off the runtime's thread: the wait for the worker blocks.
+                let _ =
+                    std::thread::Builder::new().name("gm-relay-end".into()).spawn(move || relay.end_by_signal(signal));
+                std::future::pending::<()>().await;
             }
         });
     });
     if let Err(e) = spawned {
         eprintln!("gm: cannot watch for signals in the relay: {e}");
     }
-}
-
-/// Where the relay's log path points, for the final error: the workspace's run log.
-pub fn log_path(workspace: &Path) -> PathBuf {
-    std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf()).join(".gm/log.jsonl")
 }

@@ -10,13 +10,32 @@ use serde_json::value::RawValue;
 /// The parts of one line the relay acts on.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Peek {
-    /// The id's JSON text (`7`, `"a"`), the key the relay tracks a call by.
+    /// The id's JSON text as written (`7`, `"a"`, `1.0`).
     pub id: Option<String>,
     pub method: Option<String>,
     /// The line has `result` or `error`: an answer, not a call.
     pub response: bool,
     /// `params.uri` of a `resources/read`.
     pub uri: Option<String>,
+    /// `params.requestId` of a `notifications/cancelled`, as written.
+    pub cancels: Option<String>,
+}
+
+/// The key a call is tracked by: ids that are the same JSON value are the same key (`1`,
+/// `1.0` and `1e0`; `"a"` and `"\u0061"`), ids of different types are not (`1` and `"1"`).
+pub fn id_key(raw: &str) -> String {
+    match serde_json::from_str::<serde_json::Value>(raw) {
+        Ok(serde_json::Value::Number(n)) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
+            (Some(i), _, _) => format!("n{i}"),
+            (_, Some(u), _) => format!("n{u}"),
+            (_, _, Some(f)) if f.fract() == 0.0 && f.abs() < 9.2e18 => format!("n{}", f as i64),
+            (_, _, Some(f)) => format!("n{f}"),
+            _ => format!("n{n}"),
+        },
+        Ok(serde_json::Value::String(s)) => format!("s{s}"),
+        Ok(other) => format!("o{other}"),
+        Err(_) => format!("r{raw}"),
+    }
 }
 
 impl Peek {
@@ -51,6 +70,7 @@ impl Peek {
     fn settled(&self) -> bool {
         let known = match self.method.as_deref() {
             Some("resources/read") => self.uri.is_some(),
+            Some("notifications/cancelled") => self.cancels.is_some(),
             Some(_) => true,
             None => self.response,
         };
@@ -126,7 +146,7 @@ impl<'de> Visitor<'de> for Scan<'_> {
                     }
                     map.next_value::<IgnoredAny>()?;
                 }
-                "params" if self.peek.method.as_deref() == Some("resources/read") => {
+                "params" if reads_params(self.peek.method.as_deref()) => {
                     map.next_value_seed(Uri { peek: self.peek })?;
                 }
                 "params" if self.early && self.peek.method.is_some() && self.peek.id.is_some() => {
@@ -137,7 +157,7 @@ impl<'de> Visitor<'de> for Scan<'_> {
                     map.next_value::<IgnoredAny>()?;
                 }
             }
-            if let (Some(raw), Some("resources/read")) = (early_params, self.peek.method.as_deref()) {
+            if let (Some(raw), true) = (early_params, reads_params(self.peek.method.as_deref())) {
                 let mut de = serde_json::Deserializer::from_str(raw.get());
                 Uri { peek: self.peek }.deserialize(&mut de).map_err(de::Error::custom)?;
                 early_params = None;
@@ -150,7 +170,14 @@ impl<'de> Visitor<'de> for Scan<'_> {
     }
 }
 
-/// `params` of a `resources/read`: only `uri` is kept.
+/// The methods whose params the relay reads: a resource read (its uri), a cancellation (the
+/// request it cancels).
+fn reads_params(method: Option<&str>) -> bool {
+    matches!(method, Some("resources/read" | "notifications/cancelled"))
+}
+
+/// `params` of a `resources/read` or a `notifications/cancelled`: only `uri` and `requestId`
+/// are kept.
 struct Uri<'a> {
     peek: &'a mut Peek,
 }
@@ -174,6 +201,9 @@ impl<'de> Visitor<'de> for Uri<'_> {
         while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
             if key == "uri" {
                 self.peek.uri = Some(map.next_value::<String>()?);
+            } else if key == "requestId" {
+                let raw: &RawValue = map.next_value()?;
+                self.peek.cancels = Some(raw.get().to_owned());
             } else {
                 map.next_value::<IgnoredAny>()?;
             }
@@ -248,6 +278,28 @@ mod tests {
         assert!(peeks[2].response);
         assert_eq!(peeks[2].id.as_deref(), Some(r#""b""#));
         assert!(!Peek::is_batch(br#"{"id":1}"#));
+    }
+
+    #[test]
+    fn a_cancellation_names_the_request_it_cancels_wherever_params_is() {
+        let p = Peek::of(
+            br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1.0,"reason":"x"}}"#,
+        );
+        assert_eq!(p.cancels.as_deref(), Some("1.0"));
+        let q = Peek::of(
+            br#"{"params":{"reason":"x","requestId":"a"},"method":"notifications/cancelled","jsonrpc":"2.0"}"#,
+        );
+        assert_eq!(q.cancels.as_deref(), Some(r#""a""#));
+    }
+
+    #[test]
+    fn ids_that_are_the_same_json_value_have_one_key() {
+        assert_eq!(id_key("1"), id_key("1.0"));
+        assert_eq!(id_key("1"), id_key("1e0"));
+        assert_eq!(id_key(r#""a""#), id_key(r#""\u0061""#));
+        assert_ne!(id_key("1"), id_key(r#""1""#));
+        assert_ne!(id_key("1"), id_key("2"));
+        assert_ne!(id_key("0.5"), id_key("0"));
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use gm_actors::jobs::{FinishBody, StartBody};
 use gm_actors::js_engine::{CancelToken, JsError, Outcome, Run};
-use gm_actors::log_writer::Event;
+use gm_actors::log_writer::{Event, Scope};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -49,9 +49,10 @@ pub async fn run_code(
     budget: Duration,
     body: u64,
     cancel: CancelToken,
+    scope: Scope,
 ) -> Result<ToolOutput, Value> {
-    // Shells the body starts are stopped with it.
-    let ctx = app.ctx.with_cancel(cancel.clone());
+    // Shells the body starts are stopped with it; its calls are logged as the session's.
+    let ctx = app.ctx.for_call(cancel.clone(), Some(scope.clone()));
     let host = Arc::new(crate::js::Host::new(ctx, body));
     let lines: Vec<String> = code.lines().map(str::to_owned).collect();
     let summary = code.clone();
@@ -94,10 +95,9 @@ pub async fn run_code(
         }
         let outcome = if result.is_ok() { "ok" } else { "error" };
         if let Some(log) = &log {
-            log.do_send(Event::new(
-                "job",
-                json!({ "name": finished, "kind": "body", "what": "done", "outcome": outcome }),
-            ));
+            let done =
+                Event::new("job", json!({ "name": finished, "kind": "body", "what": "done", "outcome": outcome }));
+            log.do_send(done.in_scope(Some(&scope)));
         }
         jobs.do_send(FinishBody { name: finished, result, console: secrets.redactor.redact(&console) });
     });

@@ -10,38 +10,58 @@ pub mod body;
 pub mod step;
 
 use std::rc::Rc;
+use std::sync::Arc;
 
 use futures::future::LocalBoxFuture;
 use gm_actors::cancel::CancelToken;
-use gm_actors::log_writer::{Event, SetRun};
+use gm_actors::log_writer::{Event, Scope};
 use gm_actors::scheduler::Pool;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use crate::app::App;
 use crate::children::ChildTool;
-use crate::run_state::RunState;
+use crate::run_state::{Opened, RunState};
 use crate::verbs::{self, schema_of, Json, Traits, VerbError, QUICK};
 
 pub const NEXT_CONTEXT: &str = "next_context";
 pub const RUN_CODE: &str = "run_code";
 pub const FINISH: &str = "finish";
 
-/// What the run loop keeps per connection.
+/// What the run loop keeps per connection (per host session).
 pub struct RunSession {
+    pub session: Arc<str>,
     /// This connection has read skill://gm/SKILL.md: run_code is open.
     pub skill_read: bool,
     pub run: RunState,
-    /// The step an earlier gm had reached, until the first step this gm serves says so.
-    pub resumed: Option<u64>,
+    /// How the run was found when the session opened, until the first step says so.
+    pub resumed: Option<Opened>,
     /// The number of the last body started.
     pub next_body: u64,
+    /// The step budget of a new run of this session, unless its first step sets one.
+    pub step_budget: u64,
+    /// The session and its current run, for the events of its calls.
+    scope: Scope,
 }
 
 impl RunSession {
-    /// The session of `run`; `resumed` when an earlier gm left it unfinished.
-    pub fn new(run: RunState, resumed: bool) -> Self {
-        Self { skill_read: false, resumed: resumed.then_some(run.step), run, next_body: 0 }
+    /// The session `session` with `run`, found as `opened` says.
+    pub fn new(session: Arc<str>, run: RunState, opened: Opened, step_budget: u64) -> Self {
+        let scope = Scope { session: session.clone(), run: run.run_id.as_str().into() };
+        let resumed = (opened != Opened::New).then_some(opened);
+        Self { session, skill_read: false, run, resumed, next_body: 0, step_budget, scope }
+    }
+
+    /// The session and its current run, for its events.
+    pub fn scope(&self) -> &Scope {
+        &self.scope
+    }
+
+    /// Starts the session's next run (after a finish).
+    fn start_new_run(&mut self) {
+        self.run = RunState::new(crate::serve::new_run_id(), self.step_budget);
+        self.resumed = None;
+        self.scope = Scope { session: self.session.clone(), run: self.run.run_id.as_str().into() };
     }
 }
 
@@ -125,11 +145,7 @@ fn arrive_next_context(app: &Rc<App>, s: &mut RunSession, args: &RawValue, _: Ca
     }
     // The step after a finish starts the next run.
     if s.run.finished {
-        s.run = RunState::new(crate::serve::new_run_id(), app.step_budget);
-        s.resumed = None;
-        if let Some(log) = &app.ctx.log {
-            log.do_send(SetRun(s.run.run_id.clone()));
-        }
+        s.start_new_run();
     }
     s.run.step += 1;
     if let Some(task) = parsed.task {
@@ -139,10 +155,11 @@ fn arrive_next_context(app: &Rc<App>, s: &mut RunSession, args: &RawValue, _: Ca
         s.run.step_budget = budget;
     }
     let (state, resumed) = (s.run.clone(), s.resumed.take());
-    save_run(app, &state);
+    save_run(app, s);
     let app = app.clone();
+    let session = s.session.to_string();
     Box::pin(async move {
-        step::next_context(&app, state, resumed).await.map(|v| ToolOutput::value(&v)).map_err(|e| e.to_json())
+        step::next_context(&app, state, resumed, session).await.map(|v| ToolOutput::value(&v)).map_err(|e| e.to_json())
     })
 }
 
@@ -154,11 +171,12 @@ fn arrive_finish(app: &Rc<App>, s: &mut RunSession, args: &RawValue, _: CancelTo
     };
     s.run.finished = true;
     let state = s.run.clone();
-    save_run(app, &state);
+    save_run(app, s);
     let app = app.clone();
-    Box::pin(
-        async move { step::finish(&app, parsed, state).await.map(|v| ToolOutput::value(&v)).map_err(|e| e.to_json()) },
-    )
+    let scope = s.scope().clone();
+    Box::pin(async move {
+        step::finish(&app, parsed, state, scope).await.map(|v| ToolOutput::value(&v)).map_err(|e| e.to_json())
+    })
 }
 
 fn arrive_run_code(app: &Rc<App>, s: &mut RunSession, args: &RawValue, cancel: CancelToken) -> ToolFuture {
@@ -178,6 +196,7 @@ fn arrive_run_code(app: &Rc<App>, s: &mut RunSession, args: &RawValue, cancel: C
     s.next_body += 1;
     let number = s.next_body;
     let app = app.clone();
+    let scope = s.scope().clone();
     Box::pin(async move {
         // The body's `gm` names the child servers' tools: wait until they have all started or
         // failed.
@@ -186,22 +205,22 @@ fn arrive_run_code(app: &Rc<App>, s: &mut RunSession, args: &RawValue, cancel: C
             () = cancel.cancelled() => return Err(VerbError::Cancelled.to_json()),
             () = app.ctx.children.ready() => {}
         }
-        body::run_code(&app, code, budget, number, cancel).await
+        body::run_code(&app, code, budget, number, cancel, scope).await
     })
 }
 
 /// Sets the run's task (the `gm` prompt's `task` argument).
 pub fn set_task(app: &App, s: &mut RunSession, task: &str) {
     s.run.task = Some(task.to_owned());
-    let state = s.run.clone();
-    save_run(app, &state);
+    save_run(app, s);
 }
 
-/// Keeps the run's state for the next gm; a failure is logged, never a failed call.
-fn save_run(app: &App, state: &RunState) {
-    if let Err(e) = app.run_file.save(state) {
+/// Keeps the session's run for the next worker; a failure is logged, never a failed call.
+fn save_run(app: &App, s: &RunSession) {
+    if let Err(e) = app.runs.save(&s.session, &s.run) {
         if let Some(log) = &app.ctx.log {
-            log.do_send(Event::new("run-state", json!({ "state": "failed", "error": e.to_string() })));
+            let event = Event::new("run-state", json!({ "state": "failed", "error": e.to_string() }));
+            log.do_send(event.in_scope(Some(s.scope())));
         }
     }
 }

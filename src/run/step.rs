@@ -1,13 +1,13 @@
 //! A step and the end of a run: next_context and finish.
 
 use gm_actors::jobs::{JobState, ListJobs, StopBodies};
-use gm_actors::log_writer::{Event, Flush, Tail};
+use gm_actors::log_writer::{Event, Flush, Scope, Tail};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::app::App;
-use crate::run_state::RunState;
+use crate::run_state::{Opened, RunState};
 use crate::verbs::rows::{load_all, Kind, State as RowState};
 use crate::verbs::VerbError;
 
@@ -33,15 +33,20 @@ pub struct FinishArgs {
     pub stop_background: Option<bool>,
 }
 
-/// One step of the run. `resumed` is the step an earlier gm had reached, on the first step
-/// this gm serves of a run it took over.
-pub async fn next_context(app: &App, state: RunState, resumed: Option<u64>) -> Result<Value, VerbError> {
+/// One step of the session's run. `resumed` says how the run was found, on the first step
+/// of a run this session continues (its worker restarted, or a session that left had it).
+pub async fn next_context(
+    app: &App,
+    state: RunState,
+    resumed: Option<Opened>,
+    session: String,
+) -> Result<Value, VerbError> {
     let (rules, rules_error) = match app.ctx.skills.rules() {
         Ok(r) => (r, None),
         Err(e) => (Vec::new(), Some(e.to_string())),
     };
     let recent = match &app.ctx.log {
-        Some(log) => log.send(Tail(RECENT_EVENTS)).await.unwrap_or_default(),
+        Some(log) => log.send(Tail { n: RECENT_EVENTS, session: Some(session) }).await.unwrap_or_default(),
         None => Vec::new(),
     };
     let rows: Vec<_> = load_all(&app.ctx.workspace).into_iter().filter(|r| r.state == RowState::Open).collect();
@@ -68,16 +73,26 @@ pub async fn next_context(app: &App, state: RunState, resumed: Option<u64>) -> R
     if let Some(e) = rules_error {
         v["rulesError"] = json!(e);
     }
-    if let Some(step) = resumed {
-        v["resumed"] = json!({
-            "afterStep": step,
-            "message": format!("gm restarted: this run continues from step {step}; check what the log says was done before building on it"),
-        });
+    match resumed {
+        Some(Opened::Resumed { step }) => {
+            v["resumed"] = json!({
+                "afterStep": step,
+                "message": format!("gm restarted: this run continues from step {step}; check what the log says was done before building on it"),
+            });
+        }
+        Some(Opened::TakenOver { from, step }) => {
+            v["resumed"] = json!({
+                "afterStep": step,
+                "fromSession": from,
+                "message": format!("this run was left unfinished by a session that ended; it continues from step {step}: check what the log says was done before building on it"),
+            });
+        }
+        Some(Opened::New) | None => {}
     }
     Ok(v)
 }
 
-pub async fn finish(app: &App, args: FinishArgs, state: RunState) -> Result<Value, VerbError> {
+pub async fn finish(app: &App, args: FinishArgs, state: RunState, scope: Scope) -> Result<Value, VerbError> {
     let gaps = args.gaps.unwrap_or_default();
     let stopped = if args.stop_background.unwrap_or(false) {
         app.ctx.jobs.send(StopBodies).await.unwrap_or_default()
@@ -86,10 +101,11 @@ pub async fn finish(app: &App, args: FinishArgs, state: RunState) -> Result<Valu
     };
     let mut last_seq = None;
     if let Some(log) = &app.ctx.log {
-        log.do_send(Event::new(
+        let end = Event::new(
             "end",
             json!({ "summary": args.summary, "gaps": gaps, "steps": state.step, "task": state.task, "stoppedBackground": stopped }),
-        ));
+        );
+        log.do_send(end.in_scope(Some(&scope)));
         // The end of a run is synced to disk before finish replies.
         last_seq = log.send(Flush).await.ok().and_then(Result::ok);
     }

@@ -11,12 +11,13 @@ use std::time::Instant;
 
 use futures::FutureExt;
 use gm_actors::cancel::CancelToken;
+use gm_actors::log_writer::Scope;
 use gm_actors::transport::Send as SendLine;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 use super::{surface, Later, Running, Server};
-use crate::app::App;
+use crate::app::{App, Conn};
 use crate::js::millis;
 use crate::protocol::jsonrpc::{self, RpcError};
 use crate::protocol::mcp;
@@ -57,9 +58,9 @@ impl Server {
     /// call's future first runs: the read gate, the run's state, and the call's entry in the
     /// running table, so a cancel that arrives in the same read as its call finds it.
     pub(super) fn start_call(&mut self, call: mcp::ToolCall) -> Later {
-        let Some(traits) = surface::traits(self.app.surface, &call.name) else {
+        let Some(traits) = surface::traits(self.conn.surface, &call.name) else {
             let err = RpcError::invalid_params(format!("unknown tool: {}", call.name))
-                .with_data(json!({ "surface": self.app.surface.as_str() }));
+                .with_data(json!({ "surface": self.conn.surface.as_str() }));
             let reply = jsonrpc::error(&call.id, &err).to_string();
             return Later { future: Box::pin(futures::future::ready(Some(reply))), call: None };
         };
@@ -79,8 +80,8 @@ impl Server {
         };
         // The run the call belongs to: the one current once it arrived (a next_context after a
         // finish starts a new one).
-        let run_id = self.session.run.run.run_id.clone();
-        let future = call_tool(self.app.clone(), call, traits, work, cancel, run_id);
+        let scope = self.session.run.scope().clone();
+        let future = call_tool(self.app.clone(), self.conn.clone(), call, traits, work, cancel, scope);
         Later { future: Box::pin(future), call: Some(key) }
     }
 }
@@ -88,16 +89,17 @@ impl Server {
 /// The rest of one call: run it, log its action event, build its reply line.
 async fn call_tool(
     app: Rc<App>,
+    conn: Rc<Conn>,
     call: mcp::ToolCall,
     traits: Traits,
     work: Work,
     cancel: CancelToken,
-    run_id: String,
+    scope: Scope,
 ) -> Option<String> {
     let mcp::ToolCall { id, name, args, meta } = call;
     let started = Instant::now();
-    let ticker = traits.progress.then(|| progress_ticker(&app, meta.as_ref())).flatten();
-    let run = run_work(&app, &name, &args, work, cancel.clone());
+    let ticker = traits.progress.then(|| progress_ticker(&app, &conn, meta.as_ref())).flatten();
+    let run = run_work(&app, &name, &args, work, cancel.clone(), &scope);
     let (outcome, in_flight) = std::panic::AssertUnwindSafe(run).catch_unwind().await.unwrap_or_else(|panic| {
         (Err(VerbError::Internal(format!("{name} panicked: {}", verbs::panic_message(&panic))).to_json()), 0)
     });
@@ -129,7 +131,7 @@ async fn call_tool(
         cancelled: was_cancelled,
     };
     if let Some(log) = &app.ctx.log {
-        log.do_send(secrets.log_event("action", &fields));
+        log.do_send(secrets.log_event("action", &fields).in_scope(Some(&scope)));
     }
     // A cancelled request gets no answer (MCP: the receiver should not respond).
     if was_cancelled {
@@ -139,14 +141,14 @@ async fn call_tool(
         Ok(ToolOutput { value, extra, .. }) => {
             let value = secrets.redact_json(value);
             let extra = extra.map(|t| secrets.redactor.redact(&t));
-            mcp::tool_result_line(&id, &value, false, &run_id, extra.as_deref())
+            mcp::tool_result_line(&id, &value, false, &scope.run, extra.as_deref())
         }
         Err(mut error) => {
             secrets.redact_value(&mut error);
             // A JSON value always serializes; the fallback keeps the reply coming regardless.
             let value = serde_json::value::to_raw_value(&json!({ "error": error }))
                 .unwrap_or_else(|_| gm_actors::js_engine::null_json());
-            mcp::tool_result_line(&id, &value, true, &run_id, None)
+            mcp::tool_result_line(&id, &value, true, &scope.run, None)
         }
     };
     Some(line)
@@ -159,10 +161,11 @@ async fn run_work(
     args: &RawValue,
     work: Work,
     cancel: CancelToken,
+    scope: &Scope,
 ) -> (Result<ToolOutput, Value>, usize) {
     match work {
         Work::Verb => {
-            let called = verbs::call(app.ctx.with_cancel(cancel), name, args).await;
+            let called = verbs::call(app.ctx.for_call(cancel, Some(scope.clone())), name, args).await;
             (called.result.map(ToolOutput::json).map_err(|e| e.to_json()), called.in_flight)
         }
         Work::Loop(rest, pool) => {
@@ -181,9 +184,9 @@ async fn run_work(
 
 /// While a call that reports progress and whose `_meta` has a progressToken runs, sends
 /// `notifications/progress` every [`App::progress_every`] with the time it has run.
-fn progress_ticker(app: &App, meta: Option<&Map<String, Value>>) -> Option<tokio::task::JoinHandle<()>> {
+fn progress_ticker(app: &App, conn: &Conn, meta: Option<&Map<String, Value>>) -> Option<tokio::task::JoinHandle<()>> {
     let token = meta?.get("progressToken")?.clone();
-    let out = app.out.clone();
+    let out = conn.out.clone();
     let started = Instant::now();
     let every = app.progress_every;
     Some(actix::spawn(async move {

@@ -1,10 +1,12 @@
-//! The MCP server for one stdio connection: JSON-RPC messages in, replies out.
+//! The MCP server for one host session (a relay's connection, or stdio with `--no-relay`):
+//! JSON-RPC messages in, replies out.
 //!
-//! The server is an actor on the main arbiter that owns the connection's session and is the
-//! only one to change it, in its handlers and in the completions of the calls it spawns (actor
-//! futures, so a completion runs with the actor again). Quick methods answer inline; a
-//! tools/call runs as a future on the same arbiter (no cross-thread hop) and its reply goes out
-//! by id as soon as it is done, so parallel calls overlap.
+//! A server is an actor on the worker's main arbiter that owns its session and is the only one
+//! to change it, in its handlers and in the completions of the calls it spawns (actor futures,
+//! so a completion runs with the actor again). Quick methods answer inline; a tools/call runs
+//! as a future on the same arbiter (no cross-thread hop) and its reply goes out by id as soon as
+//! it is done, so parallel calls overlap. Every session of the workspace has its own server;
+//! they share the worker's [`App`] (one log, one scheduler, one index...).
 //!
 //! - `call`: the tools/call pipeline, from a call's arrival to its reply and action event.
 //! - `requests`: the other methods (initialize, lists, resources, prompts, skills).
@@ -16,39 +18,47 @@ pub mod surface;
 
 use std::collections::HashMap;
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use futures::future::LocalBoxFuture;
 use gm_actors::cancel::CancelToken;
-use gm_actors::jobs::KillForeground;
 use gm_actors::log_writer::{Event, Flush};
 use gm_actors::transport::{Incoming, Send as SendLine};
 use serde_json::{json, Value};
 
-use crate::app::App;
+use crate::app::{App, Conn};
 use crate::protocol::jsonrpc::{self, Message, RpcError};
 use crate::protocol::mcp;
 use crate::run::RunSession;
-use crate::run_state::RunState;
 use crate::verbs;
+use crate::worker::{SessionEnded, SessionLeaving, Stop, Worker};
 
-/// How long calls still running when stdin closes may take to reply.
+/// How long calls still running when the host's side closes may take to reply.
 const SHUTDOWN_GRACE: Duration = Duration::from_millis(700);
+/// How long a session that ends waits for its cancelled calls to finish (and log their events).
+const DRAIN_LIMIT: Duration = Duration::from_secs(3);
 
 /// The connection's state, owned by the server actor.
 struct Session {
     protocol: Option<&'static str>,
+    /// What the client said of itself in `initialize`.
+    client: Option<Value>,
     run: RunSession,
     /// Calls in progress, by request id, and how to cancel them.
     running: HashMap<String, Running>,
     /// Batches whose replies are still being gathered, by number.
     batches: HashMap<u64, Batch>,
     next_batch: u64,
-    /// gm is stopping (and why): a second stop is ignored.
-    stopping: Option<Stop>,
-    /// The end is under way: [`Server::finish_stop`] ran.
-    ending: bool,
+    /// The session is ending (and why): a second end is ignored.
+    ending: Option<End>,
+    /// Told when the running table empties while the session ends.
+    drained: Vec<futures::channel::oneshot::Sender<()>>,
+    opened: Instant,
+    /// The signal that ended the session's relay, when one did.
+    end_reason: Option<Value>,
+    /// [`Server::finish_end`] ran.
+    ended: bool,
 }
 
 #[derive(Clone)]
@@ -67,7 +77,11 @@ struct Batch {
 
 pub struct Server {
     app: Rc<App>,
+    conn: Rc<Conn>,
     session: Session,
+    worker: Addr<Worker>,
+    /// A stdio session (`--no-relay`): its end is the worker's end.
+    stdio: bool,
 }
 
 /// A reply now, or later: a call whose future answers when it is done.
@@ -83,22 +97,26 @@ struct Later {
 }
 
 impl Server {
-    /// A server for `run`; `resumed` when an earlier gm left it unfinished.
-    pub fn new(app: App, run: RunState, resumed: bool) -> Self {
+    /// The server of one session. `stdio`: the session is `--no-relay`'s stdin and stdout.
+    pub fn new(app: Rc<App>, conn: Conn, run: RunSession, worker: Addr<Worker>, stdio: bool) -> Self {
         let session = Session {
             protocol: None,
-            run: RunSession::new(run, resumed),
+            client: None,
+            run,
             running: HashMap::new(),
             batches: HashMap::new(),
             next_batch: 0,
-            stopping: None,
-            ending: false,
+            ending: None,
+            drained: Vec::new(),
+            opened: Instant::now(),
+            end_reason: None,
+            ended: false,
         };
-        Self { app: Rc::new(app), session }
+        Self { app, conn: Rc::new(conn), session, worker, stdio }
     }
 
     fn send(&self, v: Value) {
-        self.app.out.do_send(SendLine(v.to_string()));
+        self.conn.out.do_send(SendLine(v.to_string()));
     }
 
     fn on_line(&mut self, line: String, ctx: &mut Context<Self>) {
@@ -117,7 +135,7 @@ impl Server {
         if let Value::Array(items) = v {
             return self.on_batch(items, ctx);
         }
-        match self.dispatch(v) {
+        match self.dispatch(v, ctx) {
             Reply::Now(Some(r)) => self.send(r),
             Reply::Now(None) => {}
             Reply::Later(later) => self.answer_later(later, None, ctx),
@@ -143,7 +161,7 @@ impl Server {
         let mut batch = Batch { waiting: 0, replies: Vec::new() };
         let mut later = Vec::new();
         for (slot, item) in items.into_iter().enumerate() {
-            match self.dispatch(item) {
+            match self.dispatch(item, ctx) {
                 Reply::Now(r) => batch.replies.push(r.map(|r| r.to_string())),
                 Reply::Later(l) => {
                     batch.replies.push(None);
@@ -165,7 +183,7 @@ impl Server {
             if let Some(b) = self.session.batches.remove(&number) {
                 let replies: Vec<String> = b.replies.into_iter().flatten().collect();
                 if !replies.is_empty() {
-                    self.app.out.do_send(SendLine(format!("[{}]", replies.join(","))));
+                    self.conn.out.do_send(SendLine(format!("[{}]", replies.join(","))));
                 }
             }
         }
@@ -189,23 +207,28 @@ impl Server {
                 }
                 None => {
                     if let Some(line) = reply {
-                        act.app.out.do_send(SendLine(line));
+                        act.conn.out.do_send(SendLine(line));
                     }
                 }
             }
-            if act.session.stopping.is_some() && act.session.running.is_empty() {
-                act.finish_stop(ctx);
+            if act.session.ending.is_some() && act.session.running.is_empty() {
+                for tx in act.session.drained.drain(..) {
+                    let _ = tx.send(());
+                }
+                if matches!(act.session.ending, Some(End::Closed | End::Now)) {
+                    act.finish_end(ctx);
+                }
             }
         }));
     }
 
     /// Handles one message. Quick methods answer now; tools/call answers later.
-    fn dispatch(&mut self, v: Value) -> Reply {
+    fn dispatch(&mut self, v: Value, ctx: &mut Context<Self>) -> Reply {
         match jsonrpc::classify(v) {
             Message::Invalid { id, error } => Reply::Now(Some(jsonrpc::error(&id, &error))),
             Message::Response => Reply::Now(None),
             Message::Notification { method, params } => {
-                self.on_notification(&method, &params);
+                self.on_notification(&method, &params, ctx);
                 Reply::Now(None)
             }
             Message::Request { id, method, params } => {
@@ -227,7 +250,12 @@ impl Server {
         }
     }
 
-    fn on_notification(&mut self, method: &str, params: &Value) {
+    fn on_notification(&mut self, method: &str, params: &Value, ctx: &mut Context<Self>) {
+        if method == crate::relay::END_NOW {
+            // The relay was ended by a signal: this session's calls stop now.
+            self.session.end_reason = Some(params.get("signal").cloned().unwrap_or(Value::Null));
+            return self.end(End::Now, ctx);
+        }
         if method != "notifications/cancelled" {
             return;
         }
@@ -245,9 +273,10 @@ impl Server {
         }
     }
 
+    /// Logs an event of this session's current run.
     fn log(&self, kind: &str, fields: Value) {
         if let Some(log) = &self.app.ctx.log {
-            log.do_send(Event::new(kind, fields));
+            log.do_send(Event::new(kind, fields).in_scope(Some(self.session.run.scope())));
         }
     }
 }
@@ -279,7 +308,7 @@ impl Handler<Incoming> for Server {
             Incoming::TooLong { bytes } => {
                 let err = RpcError::new(
                     jsonrpc::INVALID_REQUEST,
-                    format!("message of {bytes} bytes exceeds the limit of {} bytes (--max-line-bytes); it was dropped unread", self.app.max_line_bytes),
+                    format!("message of {bytes} bytes exceeds the limit of {} bytes (--max-line-bytes); it was dropped unread", self.conn.max_line_bytes),
                 );
                 self.send(jsonrpc::error(&Value::Null, &err));
             }
@@ -287,94 +316,138 @@ impl Handler<Incoming> for Server {
                 let err = RpcError::new(jsonrpc::PARSE_ERROR, "parse error: the line is not valid UTF-8");
                 self.send(jsonrpc::error(&Value::Null, &err));
             }
-            Incoming::Closed => self.stop(Stop::StdinClosed, ctx),
+            Incoming::Closed if self.stdio => self.worker.do_send(Stop::StdinClosed),
+            Incoming::Closed => self.end(End::Closed, ctx),
         }
     }
 }
 
-/// Why gm stops.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Message)]
+/// Why a session ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// The host's side closed (the relay's host left): calls still running get a short grace
+    /// to reply, then are cancelled.
+    Closed,
+    /// A signal ended the relay: calls are cancelled now.
+    Now,
+    /// The worker is stopping: calls are cancelled now.
+    Worker,
+}
+
+/// The worker is stopping: cancel this session's calls now; answers once they have all ended
+/// (their events are logged) or [`DRAIN_LIMIT`] passed.
+#[derive(Debug, Message)]
 #[rtype(result = "()")]
-pub enum Stop {
-    /// The client closed stdin: calls still running get a short grace to reply.
-    StdinClosed,
-    /// A signal (SIGINT, SIGTERM, SIGHUP, by number): what gm started ends now.
-    Signal(i32),
-}
+pub struct EndNow;
 
-impl Stop {
-    /// The process's exit code: 0 for a closed stdin, 128 + the signal's number for a signal,
-    /// as a shell reports a process a signal ended.
-    pub fn exit_code(self) -> i32 {
-        match self {
-            Stop::StdinClosed => 0,
-            Stop::Signal(n) => 128 + n,
-        }
-    }
+/// What `gm status` shows of a session.
+#[derive(Debug, Message)]
+#[rtype(result = "Value")]
+pub struct Describe;
 
-    fn reason(self) -> &'static str {
-        match self {
-            Stop::StdinClosed => "stdin closed",
-            Stop::Signal(_) => "signal",
+impl Handler<EndNow> for Server {
+    type Result = ResponseFuture<()>;
+    fn handle(&mut self, _: EndNow, ctx: &mut Context<Self>) -> Self::Result {
+        self.end(End::Worker, ctx);
+        let (tx, rx) = futures::channel::oneshot::channel();
+        if self.session.running.is_empty() {
+            let _ = tx.send(());
+        } else {
+            self.session.drained.push(tx);
         }
+        Box::pin(async move {
+            let _ = tokio::time::timeout(DRAIN_LIMIT, rx).await;
+        })
     }
 }
 
-impl Handler<Stop> for Server {
-    type Result = ();
-    fn handle(&mut self, stop: Stop, ctx: &mut Context<Self>) {
-        self.stop(stop, ctx);
+impl Handler<Describe> for Server {
+    type Result = MessageResult<Describe>;
+    fn handle(&mut self, _: Describe, _: &mut Context<Self>) -> Self::Result {
+        let run = &self.session.run.run;
+        MessageResult(json!({
+            "session": &*self.conn.session,
+            "client": self.session.client,
+            "protocolVersion": self.session.protocol,
+            "surface": self.conn.surface.as_str(),
+            "transport": if self.stdio { "stdio" } else { "relay" },
+            "relay": self.conn.relay,
+            "connectedMs": self.session.opened.elapsed().as_millis() as u64,
+            "skillRead": self.session.run.skill_read,
+            "run": { "id": run.run_id, "task": run.task, "step": run.step, "stepBudget": run.step_budget, "finished": run.finished },
+            "callsInFlight": self.session.running.len(),
+        }))
     }
 }
 
 impl Server {
-    /// Starts ending the server. Calls still running get [`SHUTDOWN_GRACE`] to reply after a
-    /// closed stdin (the client may still read stdout), none after a signal; then
-    /// [`Server::finish_stop`] runs. A second stop while the first is under way changes nothing.
-    fn stop(&mut self, stop: Stop, ctx: &mut Context<Self>) {
-        if self.session.stopping.is_some() {
+    /// Starts ending the session. Calls still running get [`SHUTDOWN_GRACE`] to reply after the
+    /// host's side closed (it may still read), none when the worker stops; then they are
+    /// cancelled (their bodies and shells stopped). A second end while the first is under way
+    /// changes nothing.
+    fn end(&mut self, end: End, ctx: &mut Context<Self>) {
+        if self.session.ending.is_some() {
             return;
         }
-        self.session.stopping = Some(stop);
-        if self.session.running.is_empty() || stop != Stop::StdinClosed {
-            return self.finish_stop(ctx);
+        self.session.ending = Some(end);
+        if end != End::Worker {
+            // Its host is gone: the run is free for a session that comes to continue it.
+            self.worker.do_send(SessionLeaving { session: self.conn.session.clone() });
         }
-        ctx.run_later(SHUTDOWN_GRACE, |act, ctx| act.finish_stop(ctx));
+        match end {
+            End::Worker => self.cancel_running(),
+            End::Now => {
+                self.cancel_running();
+                if self.session.running.is_empty() {
+                    self.finish_end(ctx);
+                } else {
+                    ctx.run_later(DRAIN_LIMIT, |act, ctx| act.finish_end(ctx));
+                }
+            }
+            End::Closed if self.session.running.is_empty() => self.finish_end(ctx),
+            End::Closed => {
+                ctx.run_later(SHUTDOWN_GRACE, |act, ctx| {
+                    act.cancel_running();
+                    // Calls that cannot be cancelled may run on; the session's end waits for
+                    // them only so long.
+                    ctx.run_later(DRAIN_LIMIT, |act, ctx| act.finish_end(ctx));
+                });
+            }
+        }
     }
 
-    /// Ends the server: the calls still running are cancelled (their bodies and foreground
-    /// shells stopped), the child servers stopped, the `stop` event synced to the log, and the
-    /// actor system stopped with the exit code. Background jobs outlive gm. Runs once.
-    fn finish_stop(&mut self, ctx: &mut Context<Self>) {
-        let Some(stop) = self.session.stopping else { return };
-        if std::mem::replace(&mut self.session.ending, true) {
-            return;
-        }
+    fn cancel_running(&mut self) {
         for running in self.session.running.values() {
             if let Running::Cancellable(token) = running {
                 token.cancel();
             }
         }
+    }
+
+    /// The session is over: its run file is kept (or dropped when finished), its events are
+    /// synced (so the log holds all of them once its relay has exited), the worker is told,
+    /// and the actor stops, which drops its writer and closes the connection.
+    fn finish_end(&mut self, ctx: &mut Context<Self>) {
+        if std::mem::replace(&mut self.session.ended, true) {
+            return;
+        }
+        self.app.runs.forget_if_finished(&self.conn.session);
         let unfinished = self.session.running.len();
-        let (log, jobs, children) =
-            (self.app.ctx.log.clone(), self.app.ctx.jobs.clone(), self.app.ctx.children.clone());
-        ctx.spawn(
-            async move {
-                // Foreground shells end with gm, whichever call started them, and so do the
-                // child servers; background jobs outlive it.
-                let _ = jobs.send(KillForeground).await;
-                children.stop().await;
-                if let Some(log) = log {
-                    let mut fields = json!({ "reason": stop.reason(), "unfinishedCalls": unfinished });
-                    if let Stop::Signal(n) = stop {
-                        fields["signal"] = json!(gm_actors::sys::signal_name(n));
-                    }
-                    log.do_send(Event::new("stop", fields));
-                    let _ = tokio::time::timeout(Duration::from_millis(500), log.send(Flush)).await;
-                }
-                System::current().stop_with_code(stop.exit_code());
+        let mut fields = json!({ "reason": "closed", "unfinishedCalls": unfinished });
+        if let Some(signal) = self.session.end_reason.take() {
+            fields["reason"] = json!("signal");
+            fields["signal"] = signal;
+        }
+        self.log("session-end", fields);
+        let log = self.app.ctx.log.clone();
+        let flushed = async move {
+            if let Some(log) = log {
+                let _ = tokio::time::timeout(Duration::from_millis(500), log.send(Flush)).await;
             }
-            .into_actor(self),
-        );
+        };
+        ctx.wait(actix::fut::wrap_future(flushed).map(|(), act: &mut Self, ctx| {
+            act.worker.do_send(SessionEnded { session: act.conn.session.clone() });
+            ctx.stop();
+        }));
     }
 }

@@ -38,14 +38,14 @@ impl Server {
             };
             return Some(Later { future: Box::pin(future), call: None });
         }
-        if method != "tools/list" || self.app.surface != Surface::Code {
+        if method != "tools/list" || self.conn.surface != Surface::Code {
             return None;
         }
-        let (app, id, params) = (self.app.clone(), id.clone(), params.clone());
+        let (app, conn, id, params) = (self.app.clone(), self.conn.clone(), id.clone(), params.clone());
         let future = async move {
             app.ctx.children.ready().await;
-            let tools = surface::tools(app.surface, &app.ctx.children.tools());
-            let reply = match page(tools, &params, app.page_size) {
+            let tools = surface::tools(conn.surface, &app.ctx.children.tools());
+            let reply = match page(tools, &params, conn.page_size) {
                 Ok((tools, next_cursor)) => {
                     jsonrpc::result(&id, mcp::to_value(&mcp::ListToolsResult { tools, next_cursor }))
                 }
@@ -62,6 +62,7 @@ impl Server {
                 let requested = params.get("protocolVersion").and_then(Value::as_str);
                 let version = mcp::negotiate(requested);
                 self.session.protocol = Some(version);
+                self.session.client = params.get("clientInfo").cloned();
                 self.log(
                     "initialize",
                     json!({ "requested": requested, "protocolVersion": version, "client": params.get("clientInfo") }),
@@ -82,13 +83,13 @@ impl Server {
             "ping" | "logging/setLevel" => Ok(json!({})),
             "tools/list" => {
                 // The tools surface has no child tools to wait for.
-                let tools = surface::tools(self.app.surface, &[]);
-                let (tools, next_cursor) = page(tools, &params, self.app.page_size)?;
+                let tools = surface::tools(self.conn.surface, &[]);
+                let (tools, next_cursor) = page(tools, &params, self.conn.page_size)?;
                 ok(&mcp::ListToolsResult { tools, next_cursor })
             }
             "resources/list" => {
                 let resources = self.app.ctx.skills.files().into_iter().map(resource).collect();
-                let (resources, next_cursor) = page(resources, &params, self.app.page_size)?;
+                let (resources, next_cursor) = page(resources, &params, self.conn.page_size)?;
                 ok(&mcp::ListResourcesResult { resources, next_cursor })
             }
             "resources/templates/list" => ok(&mcp::ListResourceTemplatesResult { resource_templates: Vec::new() }),
@@ -98,7 +99,7 @@ impl Server {
             "skills/list" => {
                 let skills = &self.app.ctx.skills;
                 let entries: Vec<Value> = skills.names().iter().filter_map(|n| skills.entry(n).ok()).collect();
-                let (skills, next_cursor) = page(entries, &params, self.app.page_size)?;
+                let (skills, next_cursor) = page(entries, &params, self.conn.page_size)?;
                 let cache = mcp::CacheHints::for_protocol(self.session.protocol);
                 ok(&mcp::ListSkillsResult { result_type: "complete", skills, next_cursor, cache })
             }

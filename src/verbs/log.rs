@@ -20,6 +20,8 @@ pub struct QueryLogArgs {
     pub since_seq: Option<u64>,
     /// At most this many events (default 100, at most 10000); `more` says how many matched past it.
     pub limit: Option<usize>,
+    /// Only events of this host session ("mine" for the calling session's own).
+    pub session: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -36,7 +38,13 @@ pub async fn query_log(ctx: Ctx, args: QueryLogArgs) -> Result<QueryLogReply, Ve
     if limit == 0 || limit > MAX_LIMIT {
         return Err(VerbError::InvalidArgs(format!("limit must be between 1 and {MAX_LIMIT}")));
     }
-    let q = Query { kind: args.kind, since_seq: args.since_seq, limit, newest: false };
+    let session = match args.session.as_deref() {
+        Some("mine") => Some(ctx.scope.as_ref().map(|s| s.session.to_string()).ok_or_else(|| {
+            VerbError::InvalidArgs("session \"mine\" names the calling session; this call has none".into())
+        })?),
+        other => other.map(str::to_owned),
+    };
+    let q = Query { kind: args.kind, since_seq: args.since_seq, limit, newest: false, session };
     let result = read_log(&ctx, q).await?;
     Ok(QueryLogReply {
         events: result.events,

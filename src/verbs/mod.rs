@@ -32,7 +32,7 @@ use gm_actors::scheduler::{Pool, Scheduler};
 
 use crate::search::calls::CallIndex;
 use crate::search::index_actor::SearchIndex;
-use gm_actors::log_writer::LogWriter;
+use gm_actors::log_writer::{Event, LogWriter, Scope};
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -100,6 +100,8 @@ pub struct Ctx {
     shared: Arc<Shared>,
     /// Tripped when the call this verb serves is cancelled.
     pub cancel: CancelToken,
+    /// The host session (and its run) the call belongs to: its events carry them.
+    pub scope: Option<Scope>,
 }
 
 /// The handles every call shares; fixed for the life of the server.
@@ -132,12 +134,24 @@ impl std::ops::Deref for Ctx {
 
 impl Ctx {
     pub fn new(shared: Shared) -> Self {
-        Self { shared: Arc::new(shared), cancel: CancelToken::default() }
+        Self { shared: Arc::new(shared), cancel: CancelToken::default(), scope: None }
     }
 
-    /// The same handles for a call with its own cancel token.
+    /// The same handles for a call of a session, with its own cancel token.
+    pub fn for_call(&self, cancel: CancelToken, scope: Option<Scope>) -> Self {
+        Self { shared: self.shared.clone(), cancel, scope }
+    }
+
+    /// The same handles and session with another cancel token.
     pub fn with_cancel(&self, cancel: CancelToken) -> Self {
-        Self { shared: self.shared.clone(), cancel }
+        Self { shared: self.shared.clone(), cancel, scope: self.scope.clone() }
+    }
+
+    /// Logs an event of this call's session (a no-op without a log: the one-shot CLI).
+    pub fn log(&self, event: Event) {
+        if let Some(log) = &self.shared.log {
+            log.do_send(event.in_scope(self.scope.as_ref()));
+        }
     }
 
     pub fn log_path(&self) -> PathBuf {
@@ -374,7 +388,7 @@ pub fn registry() -> &'static [Verb] {
             verb!("fetch", "web", Effect::Write, LONG, web::FetchArgs, web::fetch,
                 "One HTTP(S) request (GET by default): status, headers and body; follows up to 20 redirects; a large or binary body is saved under .gm/out/."),
             verb!("query_log", "log", Effect::Read, log::QueryLogArgs, log::query_log,
-                "Read events of the run log (.gm/log.jsonl), filtered by kind and seq."),
+                "Read events of the run log (.gm/log.jsonl), filtered by kind, seq and session (\"mine\": the calling session's own)."),
         ]
     })
 }

@@ -117,7 +117,7 @@ pub async fn review_packet(ctx: Ctx, args: PacketArgs) -> Result<PacketReply, Ve
         }
     };
     // The witnesses: what this workspace's log recorded, latest last.
-    let q = Query { kind: Some("action".into()), since_seq: None, limit: WITNESS_EVENTS, newest: true };
+    let q = Query { kind: Some("action".into()), since_seq: None, limit: WITNESS_EVENTS, newest: true, session: None };
     let log = super::log::read_log(&ctx, q).await?;
     let witnesses: Vec<Value> = log
         .events
@@ -160,12 +160,10 @@ pub async fn review_packet(ctx: Ctx, args: PacketArgs) -> Result<PacketReply, Ve
     }
     let path = packet_path(&ctx, &packet)?;
     write_atomic(&path, page.as_bytes())?;
-    if let Some(log) = &ctx.log {
-        log.do_send(Event::new(
+    ctx.log(Event::new(
             "review",
             json!({ "what": "packet", "packet": packet, "spec": spec_path, "references": refs.len(), "range": args.range, "witnesses": witnesses.len() }),
         ));
-    }
     Ok(PacketReply {
         page: format!("reviews/{packet}"),
         path: path.to_string_lossy().into_owned(),
@@ -232,12 +230,10 @@ pub async fn review_record(ctx: Ctx, args: RecordArgs) -> Result<Value, VerbErro
     });
     let text = serde_json::to_vec_pretty(&records).map_err(|e| VerbError::Internal(e.to_string()))?;
     write_atomic(&path, &text)?;
-    if let Some(log) = &ctx.log {
-        log.do_send(Event::new(
+    ctx.log(Event::new(
             "review",
             json!({ "what": "record", "packet": args.packet, "reviewer": args.reviewer, "verdict": args.verdict, "findings": args.findings.len() }),
         ));
-    }
     Ok(json!({ "packet": args.packet, "records": records.len() }))
 }
 
@@ -280,12 +276,10 @@ pub async fn review_join(ctx: Ctx, args: JoinArgs) -> Result<Value, VerbError> {
     }
     let join_path = page.with_extension("join.md");
     write_atomic(&join_path, text.as_bytes())?;
-    if let Some(log) = &ctx.log {
-        log.do_send(Event::new(
-            "review",
-            json!({ "what": "join", "packet": args.packet, "verdict": verdict, "records": records.len() }),
-        ));
-    }
+    ctx.log(Event::new(
+        "review",
+        json!({ "what": "join", "packet": args.packet, "verdict": verdict, "records": records.len() }),
+    ));
     Ok(json!({
         "packet": args.packet,
         "verdict": verdict,

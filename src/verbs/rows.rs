@@ -306,7 +306,7 @@ pub async fn prd_resolve(ctx: Ctx, args: ResolveArgs) -> Result<ResolveReply, Ve
             "resolve in place with { id, event, commit }, or push-close with { id, witness, push: true }".into(),
         ));
     };
-    let q = Query { kind: None, since_seq: Some(seq.saturating_sub(1)), limit: 1, newest: false };
+    let q = Query { kind: None, since_seq: Some(seq.saturating_sub(1)), limit: 1, newest: false, session: None };
     let found = super::log::read_log(&ctx, q).await?;
     if found.events.first().and_then(|e| e["seq"].as_u64()) != Some(seq) {
         return Err(VerbError::Refused(format!(

@@ -164,9 +164,7 @@ pub async fn wiki_write(ctx: Ctx, args: WikiWriteArgs) -> Result<WikiWriteReply,
     }
     write_atomic(&path, args.text.as_bytes())?;
     let page = args.page.trim_end_matches(".md").to_owned();
-    if let Some(log) = &ctx.log {
-        log.do_send(Event::new("wiki", json!({ "page": page, "bytes": args.text.len(), "created": created })));
-    }
+    ctx.log(Event::new("wiki", json!({ "page": page, "bytes": args.text.len(), "created": created })));
     Ok(WikiWriteReply { page, path: path.to_string_lossy().into_owned(), bytes: args.text.len(), created })
 }
 

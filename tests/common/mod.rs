@@ -23,10 +23,15 @@ pub fn no_child_servers() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/no-child-servers")
 }
 
-/// `gm` as a command, with the test defaults (see [`no_child_servers`]).
+/// How long a test's worker stays after its last session: short, so the workers of finished
+/// tests do not pile up.
+pub const TEST_IDLE_MS: &str = "3000";
+
+/// `gm` as a command, with the test defaults (see [`no_child_servers`], [`TEST_IDLE_MS`]).
 pub fn gm_command() -> Command {
     let mut cmd = Command::new(gm_bin());
     cmd.env("GM_DEFAULTS_DIR", no_child_servers());
+    cmd.env("GM_WORKER_IDLE_MS", TEST_IDLE_MS);
     cmd
 }
 
@@ -203,6 +208,38 @@ fn serve_command(workspace: &Path, args: &[&str], env: &[(&str, &str)]) -> Comma
         cmd.env(k, v);
     }
     cmd
+}
+
+/// Stops the workspace's worker, as a restart of gm does (the hosts may still be connected;
+/// their relays start a new one at their next call): SIGTERM, then waits until it has let go
+/// of the workspace.
+pub fn stop_worker(workspace: &Path) {
+    end_worker(workspace, libc::SIGTERM);
+}
+
+/// Kills the workspace's worker with SIGKILL, as the OOM killer would, and waits until it is gone.
+pub fn kill_worker(workspace: &Path) {
+    end_worker(workspace, libc::SIGKILL);
+}
+
+fn end_worker(workspace: &Path, signal: i32) {
+    let life = workspace.join(".gm/worker.pid");
+    let holder: Value = serde_json::from_slice(&std::fs::read(&life).expect("a worker ran")).expect("worker.pid");
+    let pid = holder["pid"].as_i64().expect("pid") as i32;
+    // SAFETY: kill(2) on the worker's pid, read from its own file.
+    unsafe { libc::kill(pid, signal) };
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while gm_actors::sys::is_locked(&life) {
+        assert!(std::time::Instant::now() < deadline, "the worker {pid} did not stop");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Ends a session and the worker behind it: the host leaves, the worker is stopped.
+pub fn shut_down(mut gm: Gm) {
+    gm.close_stdin();
+    gm.wait_exit(TIMEOUT).expect("the relay exits");
+    stop_worker(&gm.workspace);
 }
 
 pub fn read_log(path: &Path) -> Vec<Value> {

@@ -47,7 +47,8 @@ async def gm_client(workspace: Path, *extra_args: str, mode: str = "auto") -> As
         command=GM_BIN,
         args=["serve", *extra_args, "--workspace", str(workspace)],
         cwd=str(workspace),
-        env={**os.environ, "GM_DEFAULTS_DIR": NO_CHILD_SERVERS},
+        # A short idle grace: the workers of finished tests do not pile up.
+        env={**os.environ, "GM_DEFAULTS_DIR": NO_CHILD_SERVERS, "GM_WORKER_IDLE_MS": "3000"},
     )
     # The deadline scope encloses the whole `async with`, so anyio's cancel scopes nest properly
     # (the client's transport task group lives inside it); it is lifted once the connect is done.

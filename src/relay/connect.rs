@@ -1,0 +1,238 @@
+//! Finding the workspace's worker, or starting it: under `.gm/worker.lock`, a relay connects to
+//! the worker's socket, and when nobody listens starts a worker (detached, so it outlives the
+//! relay), waits for it to say it is ready, and connects. The first line each way is the hello
+//! and the welcome (`worker::hello`).
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use gm_actors::sys;
+
+use crate::worker::exits::{self, Exit};
+use crate::worker::hello::{Answer, Build, First, Hello};
+use crate::worker::paths::{self, Files};
+
+/// How long a starting worker may take to listen.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a worker may take to answer a hello.
+const WELCOME_TIMEOUT: Duration = Duration::from_secs(15);
+/// The most of a failed worker's stderr kept for the message.
+const STDERR_KEEP: usize = 16 << 10;
+
+/// A connection to the workspace's worker, past the hello.
+pub struct Connection {
+    pub reader: BufReader<UnixStream>,
+    pub writer: UnixStream,
+    pub worker: Build,
+    /// What this relay asked that the running worker does otherwise.
+    pub differs: Vec<String>,
+}
+
+#[derive(Debug)]
+pub enum ConnectError {
+    /// A worker this relay started exited before it was ready, having printed this.
+    Startup { message: String },
+    /// The worker refused the session.
+    Refused(String),
+    /// Anything else (the socket folder, the lock, a spawn that failed).
+    Other(String),
+}
+
+impl std::fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConnectError::Startup { message } => f.write_str(message),
+            ConnectError::Refused(why) => write!(f, "the workspace's worker refused this session: {why}"),
+            ConnectError::Other(why) => f.write_str(why),
+        }
+    }
+}
+
+/// What a relay needs to find or start its workspace's worker.
+pub struct Finder {
+    pub files: Files,
+    /// The binary a worker is started from.
+    pub exe: PathBuf,
+    /// `gm serve`'s arguments, passed on to a worker this relay starts.
+    pub serve_args: Vec<OsString>,
+    /// The workers this relay started, and how each ended once reaped.
+    pub reaped: Arc<Reaped>,
+}
+
+/// How the workers a relay started ended, as its reaper threads saw them.
+#[derive(Default)]
+pub struct Reaped {
+    causes: Mutex<HashMap<u32, Option<String>>>,
+    changed: Condvar,
+}
+
+impl Reaped {
+    fn started(&self, pid: u32) {
+        lock(&self.causes).insert(pid, None);
+    }
+
+    fn ended(&self, pid: u32, cause: String) {
+        lock(&self.causes).insert(pid, Some(cause));
+        self.changed.notify_all();
+    }
+
+    /// How worker `pid` ended, when this relay started it: waits up to `limit` for it to be
+    /// reaped (a core dump can take a while). `None` for a worker another relay started.
+    pub fn cause(&self, pid: u32, limit: Duration) -> Option<String> {
+        let deadline = Instant::now() + limit;
+        let mut causes = lock(&self.causes);
+        loop {
+            match causes.get(&pid) {
+                None => return None,
+                Some(Some(cause)) => return Some(cause.clone()),
+                Some(None) => {}
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            causes = match self.changed.wait_timeout(causes, left) {
+                Ok((guard, _)) => guard,
+                Err(poisoned) => poisoned.into_inner().0,
+            };
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Finder {
+    /// Connects to the worker, starting one when none listens, and says hello as `hello`.
+    /// `restarts`: the deaths of the last minute, for the new worker's start event.
+    pub fn connect(&self, hello: &Hello, restarts: usize) -> Result<Connection, ConnectError> {
+        std::fs::create_dir_all(&self.files.state_dir)
+            .map_err(|e| ConnectError::Other(format!("cannot make {}: {e}", self.files.state_dir.display())))?;
+        let socket = paths::socket_path(&self.files.workspace)
+            .map_err(|e| ConnectError::Other(format!("the worker socket's folder: {e}")))?;
+        // Held until the hello is answered: a worker deciding to leave takes it too, so it
+        // never leaves under a relay that found it.
+        let _lock = sys::lock_file(&self.files.start_lock, true)
+            .map_err(|e| ConnectError::Other(format!("cannot lock {}: {e}", self.files.start_lock.display())))?;
+        if let Ok(stream) = UnixStream::connect(&socket) {
+            return handshake(stream, hello);
+        }
+        let pid = self.start_worker(restarts)?;
+        let stream = UnixStream::connect(&socket).map_err(|e| {
+            ConnectError::Other(format!("the worker (pid {pid}) said it was ready but its socket refuses: {e}"))
+        })?;
+        handshake(stream, hello)
+    }
+
+    /// Starts a worker and waits until it listens; returns its pid. A worker that exits first
+    /// is a startup error, with what it printed; its exit is recorded as a death.
+    fn start_worker(&self, restarts: usize) -> Result<u32, ConnectError> {
+        let mut cmd = Command::new(&self.exe);
+        cmd.arg("serve")
+            .arg("--worker")
+            .arg(restarts.to_string())
+            .args(&self.serve_args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        sys::detach(&mut cmd);
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| ConnectError::Other(format!("cannot start the worker {}: {e}", self.exe.display())))?;
+        let pid = child.id();
+        let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(ConnectError::Other("the worker's pipes were not made".into()));
+        };
+        // Read on a thread of its own: a worker that prints much before it is ready must not
+        // block on a full pipe. The worker's stderr moves to .gm/worker.log once it is ready,
+        // which ends this read.
+        let errors = std::thread::Builder::new()
+            .name("gm-relay-stderr".into())
+            .spawn(move || {
+                let mut kept = Vec::new();
+                let _ = stderr.take(STDERR_KEEP as u64).read_to_end(&mut kept);
+                kept
+            })
+            .ok();
+        let ready = wait_ready(stdout);
+        let exits_file = self.files.exits.clone();
+        if ready {
+            // Reaped here while this relay lives, so its end is known to every relay.
+            self.reaped.started(pid);
+            let reaped = self.reaped.clone();
+            let _ = std::thread::Builder::new().name("gm-relay-reaper".into()).spawn(move || {
+                if let Ok(status) = child.wait() {
+                    let cause = sys::exit_cause(&status);
+                    match exits::of(&exits_file, pid) {
+                        Some(e) if e.clean => {}
+                        _ => exits::record(&exits_file, &Exit::now(pid, false, cause.clone())),
+                    }
+                    reaped.ended(pid, cause);
+                }
+            });
+            return Ok(pid);
+        }
+        let _ = child.kill();
+        let status = child.wait().map(|s| sys::exit_cause(&s)).unwrap_or_else(|_| "an unknown cause".into());
+        let printed = errors.and_then(|t| t.join().ok()).unwrap_or_default();
+        let printed = String::from_utf8_lossy(&printed).trim().to_owned();
+        let message = if printed.is_empty() {
+            format!("gm's worker ended ({status}) before it was ready")
+        } else {
+            printed.strip_prefix("gm: ").unwrap_or(&printed).to_owned()
+        };
+        exits::record(&exits_file, &Exit::now(pid, false, format!("did not start: {message}")));
+        Err(ConnectError::Startup { message })
+    }
+}
+
+/// Waits for the worker's `ready` line; false when it closed its stdout (it exited) or took
+/// too long.
+fn wait_ready(stdout: std::process::ChildStdout) -> bool {
+    use std::os::fd::AsRawFd;
+    let deadline = Instant::now() + READY_TIMEOUT;
+    let fd = stdout.as_raw_fd();
+    let mut reader = BufReader::new(stdout);
+    let mut line = String::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || !sys::wait_readable(fd, left).unwrap_or(false) {
+            return false;
+        }
+        line.clear();
+        match reader.read_line(&mut line) {
+            Ok(0) | Err(_) => return false,
+            Ok(_) if line.trim() == "ready" => return true,
+            Ok(_) => {}
+        }
+    }
+}
+
+/// Says hello and reads the answer.
+fn handshake(stream: UnixStream, hello: &Hello) -> Result<Connection, ConnectError> {
+    let io = |e: std::io::Error| ConnectError::Other(format!("the worker's socket: {e}"));
+    let mut writer = stream.try_clone().map_err(io)?;
+    let mut line = serde_json::to_vec(&First::Hello(hello.clone())).map_err(|e| ConnectError::Other(e.to_string()))?;
+    line.push(b'\n');
+    writer.write_all(&line).map_err(io)?;
+    stream.set_read_timeout(Some(WELCOME_TIMEOUT)).map_err(io)?;
+    let mut reader = BufReader::with_capacity(1 << 16, stream);
+    let mut answer = String::new();
+    reader.read_line(&mut answer).map_err(io)?;
+    reader.get_ref().set_read_timeout(None).map_err(io)?;
+    match serde_json::from_str::<Answer>(&answer) {
+        Ok(Answer::Welcome(w)) => Ok(Connection { reader, writer, worker: w.worker, differs: w.differs }),
+        Ok(Answer::Refused { why }) => Err(ConnectError::Refused(why)),
+        Err(_) if answer.is_empty() => Err(ConnectError::Other("the worker closed the connection".into())),
+        Err(e) => Err(ConnectError::Other(format!("the worker's answer is not a welcome: {e}"))),
+    }
+}

@@ -1,0 +1,80 @@
+//! The first line on a worker's socket, before any MCP message: a relay's hello (who it is,
+//! its session, the settings its host asked for) answered by the worker's welcome, or a
+//! status request answered by the worker's status. The relay writes these lines itself; a
+//! host's lines are never read as one.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// Raised when the lines change in a way an older relay or worker would misread.
+pub const PROTOCOL: u32 = 1;
+
+/// What a connection says first.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "gm", rename_all = "lowercase")]
+pub enum First {
+    Hello(Hello),
+    /// `gm status`: the worker answers with one line and closes.
+    Status,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Hello {
+    pub protocol: u32,
+    /// Made by the relay at its start and kept across worker restarts.
+    pub session: String,
+    pub relay: Build,
+    /// `code` or `tools`.
+    pub surface: String,
+    pub page_size: usize,
+    pub step_budget: u64,
+    pub max_line_bytes: usize,
+    /// What the relay's command line asked of the worker itself; a worker that is already
+    /// running keeps its own and says where they differ.
+    pub worker: WorkerSettings,
+}
+
+/// A gm process: its pid, version and binary.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Build {
+    pub pid: u32,
+    pub version: String,
+    pub exe: Option<PathBuf>,
+}
+
+impl Build {
+    pub fn this_process() -> Self {
+        Self {
+            pid: std::process::id(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            exe: std::env::current_exe().ok(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkerSettings {
+    pub max_inflight: usize,
+    pub mcp_config: Option<PathBuf>,
+}
+
+/// The worker's answer to a hello.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "gm", rename_all = "lowercase")]
+pub enum Answer {
+    Welcome(Welcome),
+    Refused { why: String },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Welcome {
+    pub protocol: u32,
+    pub worker: Build,
+    /// What the relay asked of the worker that the running worker does otherwise.
+    pub differs: Vec<String>,
+}

@@ -1,0 +1,569 @@
+//! The workspace's worker: one process per workspace that every host session shares.
+//!
+//! `gm serve` is a relay a host starts; it finds the workspace's worker on a Unix socket (or
+//! starts it, under `.gm/worker.lock`) and speaks to it as one session. The worker holds
+//! everything a workspace has one of — the log, the scheduler, the file locks, the watcher,
+//! the search and call-site indexes, the child MCP servers, jobs and background bodies — and
+//! serves each connection as a session of its own ([`crate::server::Server`]). It runs
+//! detached, holds `.gm/worker.pid` locked for its whole life (so there is never a second),
+//! and exits once no session has been connected for its idle grace and no background body
+//! runs, logging `stop` with reason `idle`.
+//!
+//! - [`paths`]: where the socket and the worker's files are.
+//! - [`hello`]: the first line each way on a connection (hello and welcome, or status).
+//! - [`exits`]: how workers ended, for the relays' five-deaths rule.
+//! - [`status`]: `gm status`, the client side.
+
+pub mod exits;
+pub mod hello;
+pub mod paths;
+pub mod status;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use gm_actors::jobs::{JobKind, JobState, KillForeground, ListJobs};
+use gm_actors::log_writer::{Event, Flush};
+use gm_actors::transport::{Incoming, Send as SendLine, SocketLines, SocketWriter};
+use serde_json::{json, Value};
+
+use crate::app::{App, Conn};
+use crate::run::RunSession;
+use crate::run_state::{valid_session_id, Opened, RunState};
+use crate::server::surface::Surface;
+use crate::server::{Describe, EndNow, Server};
+use hello::{Answer, Build, First, Hello, Welcome, WorkerSettings};
+use paths::Files;
+
+/// How long a worker with no session stays up (`GM_WORKER_IDLE_MS` sets another).
+pub const IDLE_GRACE: Duration = Duration::from_secs(600);
+/// How long a new connection may take to say hello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest first line read (a hello is a few hundred bytes).
+const HELLO_MAX: usize = 64 << 10;
+/// Replies queued for a relay that does not read, past which its connection is closed.
+const QUEUE_LIMIT: usize = 256 << 20;
+/// How often an idle worker with a background body still running looks again.
+const BODY_RECHECK: Duration = Duration::from_secs(5);
+
+/// Why the worker stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Message)]
+#[rtype(result = "()")]
+pub enum Stop {
+    /// `--no-relay`: the stdio host closed stdin.
+    StdinClosed,
+    /// A signal (SIGINT, SIGTERM, SIGHUP, by number).
+    Signal(i32),
+    /// No session for the idle grace.
+    Idle,
+}
+
+impl Stop {
+    /// The process's exit code: 0, or 128 + the signal's number, as a shell reports it.
+    pub fn exit_code(self) -> i32 {
+        match self {
+            Stop::StdinClosed | Stop::Idle => 0,
+            Stop::Signal(n) => 128 + n,
+        }
+    }
+
+    fn reason(self) -> &'static str {
+        match self {
+            Stop::StdinClosed => "stdin closed",
+            Stop::Signal(_) => "signal",
+            Stop::Idle => "idle",
+        }
+    }
+}
+
+/// A session's server ended (its host left).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct SessionEnded {
+    pub session: Arc<str>,
+}
+
+/// A session's host has gone; the session is ending (its calls get their grace), and its run
+/// may be taken over by a session that opens meanwhile.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct SessionLeaving {
+    pub session: Arc<str>,
+}
+
+/// Opens the stdio session of `--no-relay`.
+#[derive(Message)]
+#[rtype(result = "Result<Addr<Server>, String>")]
+pub struct OpenStdio {
+    pub hello: Hello,
+    pub out: Recipient<SendLine>,
+}
+
+/// What `gm status` shows.
+#[derive(Debug, Message)]
+#[rtype(result = "Value")]
+pub struct Status;
+
+/// A session the worker serves.
+struct Session {
+    server: Addr<Server>,
+    /// A second descriptor of its connection, to see whether its relay has gone before the
+    /// server has read the end (`None` for stdio).
+    probe: Option<std::os::fd::OwnedFd>,
+}
+
+impl Session {
+    fn peer_gone(&self) -> bool {
+        self.probe.as_ref().is_some_and(|fd| gm_actors::sys::peer_closed(std::os::fd::AsFd::as_fd(fd)))
+    }
+}
+
+/// What the worker is, fixed at its start.
+pub struct WorkerSpec {
+    pub files: Files,
+    /// The socket it listens on (already bound), and its path.
+    pub listener: Option<(std::os::unix::net::UnixListener, PathBuf)>,
+    pub settings: WorkerSettings,
+    pub idle: Duration,
+    /// Its id: the `run` of its own events.
+    pub id: String,
+}
+
+pub struct Worker {
+    app: Rc<App>,
+    spec: WorkerSpec,
+    build: Build,
+    started: Instant,
+    sessions: HashMap<Arc<str>, Session>,
+    /// Sessions whose host has gone, still ending.
+    leaving: std::collections::HashSet<Arc<str>>,
+    /// Connections accepted whose hello has not been read yet.
+    opening: usize,
+    stopping: Option<Stop>,
+    idle_timer: Option<SpawnHandle>,
+    /// The listening socket's descriptor, to see whether a connection waits to be accepted.
+    listen_fd: Option<i32>,
+    /// Held from the moment the worker decides to leave while idle until it exits.
+    _start_lock: Option<std::fs::File>,
+}
+
+impl Worker {
+    pub fn new(app: Rc<App>, spec: WorkerSpec) -> Self {
+        Self {
+            app,
+            spec,
+            build: Build::this_process(),
+            started: Instant::now(),
+            sessions: HashMap::new(),
+            leaving: std::collections::HashSet::new(),
+            opening: 0,
+            stopping: None,
+            idle_timer: None,
+            listen_fd: None,
+            _start_lock: None,
+        }
+    }
+
+    fn log(&self, event: Event) {
+        if let Some(log) = &self.app.ctx.log {
+            log.do_send(event);
+        }
+    }
+
+    /// Opens a session for `hello`: its run found (its own, one a gone session left, or new),
+    /// its server started.
+    fn open_session(
+        &mut self,
+        hello: Hello,
+        out: Recipient<SendLine>,
+        probe: Option<std::os::fd::OwnedFd>,
+        ctx: &mut Context<Self>,
+    ) -> Result<Addr<Server>, String> {
+        let stdio = probe.is_none();
+        if self.stopping.is_some() {
+            return Err("the workspace's worker is stopping; connect again".into());
+        }
+        if !valid_session_id(&hello.session) {
+            return Err(format!("not a session id: {:?}", hello.session));
+        }
+        if self.sessions.contains_key(hello.session.as_str()) {
+            return Err(format!("session {} is already connected", hello.session));
+        }
+        let surface = <Surface as clap::ValueEnum>::from_str(&hello.surface, true)
+            .map_err(|_| format!("unknown surface: {}", hello.surface))?;
+        let budget = hello.step_budget.max(1);
+        // A session whose relay has gone is not live, even before its server has read the end:
+        // the host that comes back at once continues its run.
+        let (sessions, leaving) = (&self.sessions, &self.leaving);
+        let live = |s: &str| sessions.get(s).is_some_and(|e| !leaving.contains(s) && !e.peer_gone());
+        let (run, opened, problems) =
+            self.app.runs.open(&hello.session, &live, || RunState::new(crate::serve::new_run_id(), budget));
+        let session: Arc<str> = hello.session.as_str().into();
+        let run = RunSession::new(session.clone(), run, opened.clone(), budget);
+        let scope = run.scope().clone();
+        let (how, from, step) = match &opened {
+            Opened::New => ("new", None, None),
+            Opened::Resumed { step } => ("resumed", None, Some(*step)),
+            Opened::TakenOver { from, step } => ("taken-over", Some(from.clone()), Some(*step)),
+        };
+        let differs = self.differences(&hello.worker);
+        self.log(
+            Event::new(
+                "session",
+                json!({
+                    "state": "opened",
+                    "transport": if stdio { "stdio" } else { "relay" },
+                    "relay": (!stdio).then_some(&hello.relay),
+                    "surface": surface.as_str(),
+                    "runOpened": { "how": how, "fromSession": from, "step": step },
+                    "differs": (!differs.is_empty()).then_some(&differs),
+                }),
+            )
+            .in_scope(Some(&scope)),
+        );
+        for why in problems {
+            self.log(
+                Event::new("run-state", json!({ "state": "unreadable", "error": why, "then": "left as it is" }))
+                    .in_scope(Some(&scope)),
+            );
+        }
+        let conn = Conn {
+            session: session.clone(),
+            surface,
+            out,
+            max_line_bytes: hello.max_line_bytes,
+            page_size: hello.page_size.max(1),
+            step_budget: budget,
+            relay: (!stdio).then(|| hello.relay.clone()),
+        };
+        let server = Server::new(self.app.clone(), conn, run, ctx.address(), stdio).start();
+        self.sessions.insert(session, Session { server: server.clone(), probe });
+        self.disarm_idle(ctx);
+        Ok(server)
+    }
+
+    /// What a relay asked of the worker that this worker does otherwise (it keeps its own).
+    fn differences(&self, asked: &WorkerSettings) -> Vec<String> {
+        let mine = &self.spec.settings;
+        let mut out = Vec::new();
+        if asked.max_inflight != mine.max_inflight {
+            out.push(format!("--max-inflight {} (the running worker has {})", asked.max_inflight, mine.max_inflight));
+        }
+        if asked.mcp_config != mine.mcp_config {
+            let show = |p: &Option<PathBuf>| p.as_ref().map_or("none".to_owned(), |p| p.display().to_string());
+            out.push(format!(
+                "--mcp-config {} (the running worker has {})",
+                show(&asked.mcp_config),
+                show(&mine.mcp_config)
+            ));
+        }
+        out
+    }
+
+    /// A new connection: its peer checked, its first line read, then a session or a status.
+    fn accepted(&mut self, stream: tokio::net::UnixStream, ctx: &mut Context<Self>) {
+        if self.stopping.is_some() {
+            return;
+        }
+        let uid = gm_actors::sys::current_uid();
+        match stream.peer_cred() {
+            Ok(cred) if cred.uid() == uid => {}
+            other => {
+                let peer = other.ok().map(|c| json!({ "uid": c.uid(), "pid": c.pid() }));
+                self.log(Event::new("session", json!({ "state": "refused", "why": "another user", "peer": peer })));
+                return;
+            }
+        }
+        self.opening += 1;
+        self.disarm_idle(ctx);
+        let probe = std::os::fd::AsFd::as_fd(&stream).try_clone_to_owned().ok();
+        let (read, write) = stream.into_split();
+        let first = async move {
+            let mut lines = SocketLines::new(read, HELLO_MAX);
+            let first = tokio::time::timeout(HELLO_TIMEOUT, lines.next()).await;
+            (first, lines)
+        };
+        ctx.spawn(actix::fut::wrap_future(first).map(move |(first, mut lines), act: &mut Self, ctx| {
+            act.opening -= 1;
+            let first = match first {
+                Ok(Some(Incoming::Line(text))) => serde_json::from_str::<First>(&text).ok(),
+                _ => None,
+            };
+            let writer = SocketWriter::new(write, QUEUE_LIMIT).start();
+            match first {
+                Some(First::Status) => {
+                    let status = act.status(ctx);
+                    actix::spawn(async move {
+                        writer.do_send(SendLine(status.await.to_string()));
+                    });
+                }
+                Some(First::Hello(hello)) if hello.protocol != hello::PROTOCOL => {
+                    let why = format!(
+                        "this worker (gm {}, pid {}) speaks relay protocol {}, the relay {}: stop the worker or wait for it to go idle",
+                        act.build.version,
+                        act.build.pid,
+                        hello::PROTOCOL,
+                        hello.protocol
+                    );
+                    send_answer(&writer, &Answer::Refused { why });
+                }
+                Some(First::Hello(hello)) => {
+                    let max_line = hello.max_line_bytes;
+                    let differs = act.differences(&hello.worker);
+                    match act.open_session(hello, writer.clone().recipient(), probe, ctx) {
+                        Ok(server) => {
+                            let welcome =
+                                Welcome { protocol: hello::PROTOCOL, worker: act.build.clone(), differs };
+                            send_answer(&writer, &Answer::Welcome(welcome));
+                            lines.set_max_line(max_line);
+                            actix::spawn(async move {
+                                while let Some(message) = lines.next().await {
+                                    server.do_send(message);
+                                }
+                            });
+                        }
+                        Err(why) => send_answer(&writer, &Answer::Refused { why }),
+                    }
+                }
+                None => {}
+            }
+            act.arm_idle(ctx);
+        }));
+    }
+
+    /// Everything `gm status` shows, as of now.
+    fn status(&self, _: &mut Context<Self>) -> impl std::future::Future<Output = Value> + 'static {
+        let sessions: Vec<Addr<Server>> = self.sessions.values().map(|s| s.server.clone()).collect();
+        let (jobs, children) = (self.app.ctx.jobs.clone(), self.app.ctx.children.clone());
+        let worker = json!({
+            "pid": self.build.pid,
+            "version": self.build.version,
+            "exe": self.build.exe,
+            "id": self.spec.id,
+            "uptimeMs": self.started.elapsed().as_millis() as u64,
+            "rssBytes": gm_actors::sys::rss_bytes(self.build.pid),
+            "workspace": self.spec.files.workspace,
+            "socket": self.spec.listener.as_ref().map(|(_, p)| p.clone()),
+            "maxInflight": self.spec.settings.max_inflight,
+            "mcpConfig": self.spec.settings.mcp_config,
+            "idleGraceMs": self.spec.idle.as_millis() as u64,
+        });
+        async move {
+            let mut described = Vec::new();
+            for s in sessions {
+                if let Ok(d) = s.send(Describe).await {
+                    described.push(d);
+                }
+            }
+            described.sort_by_key(|d| std::cmp::Reverse(d["connectedMs"].as_u64()));
+            let jobs = jobs.send(ListJobs).await.unwrap_or_default();
+            let (bodies, shells): (Vec<_>, Vec<_>) = jobs.into_iter().partition(|j| j.kind == JobKind::Body);
+            json!({
+                "worker": worker,
+                "sessions": described,
+                "jobs": shells,
+                "bodies": bodies,
+                "children": children.describe(),
+            })
+        }
+    }
+
+    /// The idle countdown starts when the last session and the last half-open connection are
+    /// gone.
+    fn arm_idle(&mut self, ctx: &mut Context<Self>) {
+        if self.stopping.is_some() || !self.sessions.is_empty() || self.opening > 0 || self.idle_timer.is_some() {
+            return;
+        }
+        if self.spec.listener.is_none() {
+            return; // a stdio worker that does not listen ends with its host
+        }
+        self.idle_timer = Some(ctx.run_later(self.spec.idle, |act, ctx| {
+            act.idle_timer = None;
+            act.try_idle_exit(ctx);
+        }));
+    }
+
+    fn disarm_idle(&mut self, ctx: &mut Context<Self>) {
+        if let Some(timer) = self.idle_timer.take() {
+            ctx.cancel_future(timer);
+        }
+    }
+
+    fn quiet(&self) -> bool {
+        self.stopping.is_none() && self.sessions.is_empty() && self.opening == 0
+    }
+
+    /// Leaves when still quiet and no background body runs: under the relays' start lock, so
+    /// that no relay connects between the last look and the socket's removal.
+    fn try_idle_exit(&mut self, ctx: &mut Context<Self>) {
+        if !self.quiet() {
+            return;
+        }
+        let jobs = self.app.ctx.jobs.clone();
+        let lock_path = self.spec.files.start_lock.clone();
+        let check = async move {
+            let jobs = jobs.send(ListJobs).await.unwrap_or_default();
+            let bodies = jobs.iter().any(|j| j.kind == JobKind::Body && j.state == JobState::Running);
+            if bodies {
+                return (true, None);
+            }
+            let lock = tokio::task::spawn_blocking(move || gm_actors::sys::lock_file(&lock_path, true)).await;
+            // A lock file that cannot be made (the workspace was deleted) keeps no relay out
+            // either: leave without it.
+            (false, lock.ok().and_then(Result::ok))
+        };
+        ctx.spawn(actix::fut::wrap_future(check).map(|(bodies, lock), act: &mut Self, ctx| {
+            if bodies {
+                act.idle_timer = Some(ctx.run_later(BODY_RECHECK, |act, ctx| {
+                    act.idle_timer = None;
+                    act.try_idle_exit(ctx);
+                }));
+                return;
+            }
+            let waiting =
+                act.listen_fd.is_some_and(|fd| gm_actors::sys::wait_readable(fd, Duration::ZERO).unwrap_or(false));
+            if !act.quiet() || waiting {
+                // A relay came meanwhile: stay.
+                act.arm_idle(ctx);
+                return;
+            }
+            act._start_lock = lock.flatten();
+            act.stop(Stop::Idle, ctx);
+        }));
+    }
+
+    /// Stops the worker: no new connection (the socket is removed), every session's calls
+    /// cancelled and drained, foreground shells and child servers ended, then `stop` — the
+    /// last event this worker writes — synced, a clean exit line, and the exit.
+    fn stop(&mut self, stop: Stop, ctx: &mut Context<Self>) {
+        if self.stopping.is_some() {
+            return;
+        }
+        self.stopping = Some(stop);
+        self.disarm_idle(ctx);
+        if let Some((_, socket)) = &self.spec.listener {
+            let _ = std::fs::remove_file(socket);
+        }
+        let sessions: Vec<Addr<Server>> = self.sessions.values().map(|s| s.server.clone()).collect();
+        let (log, jobs, children) =
+            (self.app.ctx.log.clone(), self.app.ctx.jobs.clone(), self.app.ctx.children.clone());
+        let (exits, pid) = (self.spec.files.exits.clone(), self.build.pid);
+        let count = sessions.len();
+        let uptime = self.started.elapsed();
+        ctx.spawn(actix::fut::wrap_future(async move {
+            futures::future::join_all(sessions.iter().map(|s| s.send(EndNow))).await;
+            // Foreground shells end with the worker, and so do the child servers; background
+            // jobs outlive it.
+            let _ = jobs.send(KillForeground).await;
+            children.stop().await;
+            if let Some(log) = log {
+                let mut fields =
+                    json!({ "reason": stop.reason(), "sessions": count, "uptimeMs": uptime.as_millis() as u64 });
+                if let Stop::Signal(n) = stop {
+                    fields["signal"] = json!(gm_actors::sys::signal_name(n));
+                }
+                log.do_send(Event::new("stop", fields));
+                let _ = tokio::time::timeout(Duration::from_millis(500), log.send(Flush)).await;
+            }
+            exits::record(&exits, &exits::Exit::now(pid, true, stop.reason()));
+            System::current().stop_with_code(stop.exit_code());
+        }));
+    }
+}
+
+fn send_answer(writer: &Addr<SocketWriter>, answer: &Answer) {
+    if let Ok(line) = serde_json::to_string(answer) {
+        writer.do_send(SendLine(line));
+    }
+}
+
+impl Actor for Worker {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let Some((listener, _)) = self.spec.listener.as_ref() else { return };
+        let listener = listener.try_clone().and_then(|l| {
+            l.set_nonblocking(true)?;
+            tokio::net::UnixListener::from_std(l)
+        });
+        match listener {
+            Ok(listener) => {
+                self.listen_fd = Some(std::os::fd::AsRawFd::as_raw_fd(&listener));
+                let connections = futures::stream::unfold(listener, |l| async move {
+                    let next = l.accept().await.map(|(stream, _)| stream);
+                    Some((next, l))
+                });
+                ctx.add_stream(connections);
+                self.arm_idle(ctx);
+            }
+            Err(e) => {
+                eprintln!("gm: the worker cannot listen: {e}");
+                self.stop(Stop::Idle, ctx);
+            }
+        }
+    }
+}
+
+impl StreamHandler<std::io::Result<tokio::net::UnixStream>> for Worker {
+    fn handle(&mut self, item: std::io::Result<tokio::net::UnixStream>, ctx: &mut Context<Self>) {
+        match item {
+            Ok(stream) => self.accepted(stream, ctx),
+            // Out of descriptors, a connection reset before accept: the next one may do.
+            Err(e) => eprintln!("gm: accepting a connection failed: {e}"),
+        }
+    }
+
+    fn finished(&mut self, _: &mut Context<Self>) {}
+}
+
+impl Handler<OpenStdio> for Worker {
+    type Result = Result<Addr<Server>, String>;
+    fn handle(&mut self, msg: OpenStdio, ctx: &mut Context<Self>) -> Self::Result {
+        self.open_session(msg.hello, msg.out, None, ctx)
+    }
+}
+
+impl Handler<SessionEnded> for Worker {
+    type Result = ();
+    fn handle(&mut self, msg: SessionEnded, ctx: &mut Context<Self>) {
+        self.sessions.remove(&msg.session);
+        self.leaving.remove(&msg.session);
+        self.arm_idle(ctx);
+    }
+}
+
+impl Handler<SessionLeaving> for Worker {
+    type Result = ();
+    fn handle(&mut self, msg: SessionLeaving, _: &mut Context<Self>) {
+        if self.sessions.contains_key(&msg.session) {
+            self.leaving.insert(msg.session);
+        }
+    }
+}
+
+impl Handler<Stop> for Worker {
+    type Result = ();
+    fn handle(&mut self, stop: Stop, ctx: &mut Context<Self>) {
+        self.stop(stop, ctx);
+    }
+}
+
+impl Handler<Status> for Worker {
+    type Result = ResponseFuture<Value>;
+
+    fn handle(&mut self, _: Status, ctx: &mut Context<Self>) -> Self::Result {
+        Box::pin(self.status(ctx))
+    }
+}
+
+/// The idle grace from `GM_WORKER_IDLE_MS`, else [`IDLE_GRACE`].
+pub fn idle_grace() -> Duration {
+    std::env::var("GM_WORKER_IDLE_MS")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(IDLE_GRACE, Duration::from_millis)
+}

@@ -1,0 +1,369 @@
+//! One worker per workspace, shared by every session: several `gm serve` relays in one folder
+//! reach one worker, one log, one scheduler and one index, each with its own run; a second
+//! workspace has its own worker; `gm status` shows them.
+
+mod common;
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::{gm_command, read_log, Gm, TIMEOUT};
+use serde_json::{json, Value};
+
+fn starts(log: &Path) -> Vec<Value> {
+    read_log(log).into_iter().filter(|e| e["kind"] == "start").collect()
+}
+
+/// The pid of the one worker that served `log`'s workspace so far.
+fn the_worker(log: &Path) -> u32 {
+    let starts = starts(log);
+    assert_eq!(starts.len(), 1, "one worker: {starts:?}");
+    starts[0]["pid"].as_u64().expect("pid") as u32
+}
+
+fn gm_status(workspace: &Path) -> Value {
+    let out = gm_command().args(["status", "--json"]).current_dir(workspace).output().expect("gm status runs");
+    // 3: no worker serves the workspace.
+    assert!(matches!(out.status.code(), Some(0 | 3)), "gm status: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("gm status --json prints JSON")
+}
+
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + TIMEOUT;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what} never happened");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// Sends `n` calls at once (ids `first..first+n`) and collects every answer, checking each
+/// is for one of them, comes once, and carries this session's own marker.
+fn burst(gm: &mut Gm, first: i64, n: i64, marker: &str, tools_surface: bool) {
+    for id in first..first + n {
+        let params = if tools_surface {
+            json!({ "name": "stat_file", "arguments": { "path": marker } })
+        } else {
+            json!({ "name": "run_code", "arguments": { "code": format!("await gm.stat_file({{ path: '{marker}' }}); return '{marker}-{id}';") } })
+        };
+        gm.send(&json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params }));
+    }
+    let mut seen = HashSet::new();
+    while seen.len() < n as usize {
+        let reply = gm.recv(TIMEOUT).expect("every call is answered");
+        let id = reply["id"].as_i64().unwrap_or_else(|| panic!("an answer to no call of this session: {reply}"));
+        assert!((first..first + n).contains(&id), "{marker}: answered a call it never made: {reply}");
+        assert!(seen.insert(id), "{marker}: {id} answered twice");
+        let content = &reply["result"]["structuredContent"];
+        assert_eq!(reply["result"]["isError"], false, "{reply}");
+        if tools_surface {
+            assert_eq!(content["path"].as_str().map(|p| p.ends_with(marker)), Some(true), "{reply}");
+        } else {
+            assert_eq!(content["result"], format!("{marker}-{id}"), "{reply}");
+        }
+    }
+}
+
+#[test]
+fn three_sessions_share_one_worker_and_one_log_and_each_is_answered_only_its_own_calls() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = dir.path().canonicalize().expect("canonical");
+    // Three hosts started at the same moment: one worker starts, under the lock.
+    let handles: Vec<_> = (0..3)
+        .map(|n| {
+            let ws = ws.clone();
+            std::thread::spawn(move || {
+                let args: &[&str] = if n == 2 { &["--surface", "tools"] } else { &[] };
+                let mut gm = Gm::start_in(&ws, args, &[]);
+                gm.ready();
+                gm
+            })
+        })
+        .collect();
+    let mut sessions: Vec<Gm> = handles.into_iter().map(|h| h.join().expect("a session opened")).collect();
+    for (n, gm) in sessions.iter_mut().enumerate() {
+        std::fs::write(ws.join(format!("m{n}")), "x").expect("marker");
+        gm.call_ok("next_context", json!({ "task": format!("task {n}") }));
+    }
+    let worker = the_worker(&ws.join(".gm/log.jsonl"));
+
+    let rounds: Vec<_> = sessions
+        .into_iter()
+        .enumerate()
+        .map(|(n, mut gm)| {
+            std::thread::spawn(move || {
+                for round in 0..5 {
+                    burst(&mut gm, 10_000 * (n as i64 + 1) + round * 100, 60, &format!("m{n}"), n == 2);
+                }
+                gm
+            })
+        })
+        .collect();
+    let mut sessions: Vec<Gm> = rounds.into_iter().map(|h| h.join().expect("no call went astray")).collect();
+
+    let events = sessions[0].log_events();
+    let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().expect("seq")).collect();
+    assert!(seqs.windows(2).all(|w| w[1] > w[0]), "seq strictly increasing across sessions");
+    assert_eq!(seqs.iter().collect::<HashSet<_>>().len(), seqs.len(), "every seq unique");
+    // One action per call made, each in its own session.
+    let mut actions: BTreeMap<String, usize> = BTreeMap::new();
+    for e in events.iter().filter(|e| e["kind"] == "action" && e["tool"] != "next_context") {
+        *actions.entry(e["session"].as_str().expect("an action carries its session").to_owned()).or_default() += 1;
+    }
+    assert_eq!(actions.len(), 3, "{actions:?}");
+    assert!(actions.values().all(|&n| n == 300), "{actions:?}");
+    let code_calls = events.iter().filter(|e| e["kind"] == "code-call").count();
+    assert_eq!(code_calls, 600, "one code-call per gm.stat_file of the two code sessions");
+    assert_eq!(the_worker(&ws.join(".gm/log.jsonl")), worker, "still the one worker");
+
+    // Each session has its own run.
+    for (n, gm) in sessions.iter_mut().enumerate() {
+        let step = gm.call_ok("next_context", json!({}));
+        assert_eq!((step["task"].as_str(), step["step"].as_u64()), (Some(format!("task {n}").as_str()), Some(2)));
+        let recent = step["recentEvents"].as_array().expect("recent events");
+        let mine = recent.iter().all(|e| e["session"] == recent[0]["session"]);
+        assert!(mine, "recent events are the session's own: {recent:?}");
+    }
+    let runs: HashSet<String> = std::fs::read_dir(ws.join(".gm/runs"))
+        .expect("runs")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into())
+        .collect();
+    assert_eq!(runs.len(), 3, "{runs:?}");
+}
+
+#[test]
+fn shells_of_two_sessions_never_overlap() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = dir.path().canonicalize().expect("canonical");
+    let mut a = Gm::start_in(&ws, &[], &[]);
+    a.ready();
+    let mut b = Gm::start_in(&ws, &["--surface", "tools"], &[]);
+    b.ready();
+    let shell = |name: &str| {
+        format!("echo start $(date +%s%N) >> {name}.times; sleep 0.4; echo end $(date +%s%N) >> {name}.times")
+    };
+    for round in 0..3 {
+        let code = format!("return (await gm.run_shell({{ command: '{}' }})).exitCode;", shell("a"));
+        a.send(&json!({ "jsonrpc": "2.0", "id": round, "method": "tools/call", "params": { "name": "run_code", "arguments": { "code": code } } }));
+        b.send(&json!({ "jsonrpc": "2.0", "id": round, "method": "tools/call", "params": { "name": "run_shell", "arguments": { "command": shell("b") } } }));
+        assert_eq!(a.recv_id(&json!(round))["result"]["isError"], false);
+        assert_eq!(b.recv_id(&json!(round))["result"]["isError"], false);
+    }
+    let spans = |name: &str| -> Vec<(u128, u128)> {
+        let text = std::fs::read_to_string(ws.join(format!("{name}.times"))).expect("times");
+        let stamps: Vec<u128> =
+            text.lines().map(|l| l.split(' ').nth(1).expect("stamp").parse().expect("ns")).collect();
+        stamps.chunks(2).map(|c| (c[0], c[1])).collect()
+    };
+    let mut all: Vec<(u128, u128)> = spans("a").into_iter().chain(spans("b")).collect();
+    assert_eq!(all.len(), 6);
+    all.sort();
+    assert!(all.windows(2).all(|w| w[0].1 <= w[1].0), "two sessions' shells overlapped: {all:?}");
+}
+
+#[test]
+fn an_edit_by_one_session_is_found_by_the_others_search_at_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = dir.path().canonicalize().expect("canonical");
+    common::git(&ws, &["init", "-q"]);
+    std::fs::write(ws.join("a.txt"), "nothing here\n").expect("write");
+    common::git(&ws, &["add", "a.txt"]);
+    let mut a = Gm::start_in(&ws, &[], &[]);
+    a.ready();
+    let mut b = Gm::start_in(&ws, &[], &[]);
+    b.ready();
+    assert_eq!(b.js("return (await gm.search({ query: 'zanzibarquux' })).hits.length;"), 0);
+    a.js("await gm.write_file({ path: 'a.txt', content: 'the zanzibarquux line\\n' }); return 1;");
+    let hits = b.js("return (await gm.search({ query: 'zanzibarquux' })).hits.map(h => h.path);");
+    assert_eq!(hits, json!(["a.txt"]), "session b sees session a's edit");
+}
+
+#[test]
+fn a_killed_worker_answers_each_session_its_own_calls_and_both_runs_go_on() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = dir.path().canonicalize().expect("canonical");
+    let mut a = Gm::start_in(&ws, &[], &[]);
+    a.ready();
+    let mut b = Gm::start_in(&ws, &[], &[]);
+    b.ready();
+    a.call_ok("next_context", json!({ "task": "a's task" }));
+    b.call_ok("next_context", json!({ "task": "b's task" }));
+    let log = ws.join(".gm/log.jsonl");
+    let first = the_worker(&log);
+    let blocking = |marker: &str| {
+        format!("await gm.write_file({{ path: '{marker}', content: 'x' }}); await gm.run_shell({{ command: 'sleep 60' }}); return 1;")
+    };
+    a.send(&json!({ "jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": { "name": "run_code", "arguments": { "code": blocking("a-started") } } }));
+    wait_until("a's body started", || ws.join("a-started").exists());
+    // b's call waits behind a's shell (a shell runs alone): in flight too.
+    b.send(&json!({ "jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": { "name": "run_code", "arguments": { "code": "await gm.run_shell({ command: 'true' }); return 'b';" } } }));
+    std::thread::sleep(Duration::from_millis(200));
+    // SAFETY: kill(2) on the worker's pid, read from the log.
+    assert_eq!(unsafe { libc::kill(first as i32, libc::SIGKILL) }, 0);
+
+    let lost_a = a.recv(TIMEOUT).expect("a is answered");
+    assert_eq!(lost_a["id"], 7, "a hears of its own call only: {lost_a}");
+    assert_eq!(lost_a["result"]["structuredContent"]["error"]["code"], "worker_restarted", "{lost_a}");
+    let lost_b = b.recv(TIMEOUT).expect("b is answered");
+    assert_eq!(lost_b["id"], 8, "b hears of its own call only: {lost_b}");
+    assert_eq!(lost_b["result"]["structuredContent"]["error"]["code"], "worker_restarted", "{lost_b}");
+
+    // Both go on, each with its run, on one new worker.
+    let step_a = a.call_ok("next_context", json!({}));
+    let step_b = b.call_ok("next_context", json!({}));
+    assert_eq!((step_a["task"].as_str(), step_a["step"].as_u64()), (Some("a's task"), Some(2)));
+    assert_eq!((step_b["task"].as_str(), step_b["step"].as_u64()), (Some("b's task"), Some(2)));
+    assert_eq!(step_a["resumed"]["afterStep"], 1, "{step_a}");
+    assert_eq!(a.js("return 'a on';"), "a on");
+    assert_eq!(b.js("return 'b on';"), "b on");
+    let starts = starts(&log);
+    assert_eq!(starts.len(), 2, "one new worker for both sessions: {starts:?}");
+}
+
+#[test]
+fn the_worker_leaves_after_the_idle_grace_once_every_host_has_gone() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = dir.path().canonicalize().expect("canonical");
+    let mut a = Gm::start_in(&ws, &[], &[]);
+    a.ready();
+    let mut b = Gm::start_in(&ws, &[], &[]);
+    b.ready();
+    let worker = the_worker(&ws.join(".gm/log.jsonl"));
+    a.close_stdin();
+    assert_eq!(a.wait_exit(TIMEOUT).and_then(|s| s.code()), Some(0));
+    // One host left: the other keeps the worker past the grace.
+    std::thread::sleep(Duration::from_millis(3_500));
+    assert!(gm_actors::sys::process_exists(worker), "a session still uses the worker");
+    assert_eq!(b.js("return 2;"), 2);
+    b.close_stdin();
+    assert_eq!(b.wait_exit(TIMEOUT).and_then(|s| s.code()), Some(0));
+    let left = Instant::now();
+    wait_until("the idle worker left", || !gm_actors::sys::process_exists(worker));
+    assert!(left.elapsed() >= Duration::from_millis(2_500), "it waited its grace: {:?}", left.elapsed());
+    let events = read_log(&ws.join(".gm/log.jsonl"));
+    let last = events.last().expect("events");
+    assert_eq!((last["kind"].as_str(), last["reason"].as_str()), (Some("stop"), Some("idle")), "{last}");
+    assert_eq!(events.iter().filter(|e| e["kind"] == "session-end").count(), 2);
+    assert_eq!(gm_status(&ws)["running"], false, "no worker serves it now");
+}
+
+#[test]
+fn each_workspace_has_its_own_worker_and_gm_status_lists_its_sessions() {
+    let one = tempfile::tempdir().expect("tempdir");
+    let two = tempfile::tempdir().expect("tempdir");
+    let (one, two) = (one.path().canonicalize().expect("c"), two.path().canonicalize().expect("c"));
+    let mut a = Gm::start_in(&one, &[], &[]);
+    a.ready();
+    a.call_ok("next_context", json!({ "task": "first task" }));
+    let mut b = Gm::start_in(&one, &["--surface", "tools"], &[]);
+    b.initialize("2025-06-18");
+    let mut c = Gm::start_in(&two, &[], &[]);
+    c.ready();
+    let (w1, w2) = (the_worker(&one.join(".gm/log.jsonl")), the_worker(&two.join(".gm/log.jsonl")));
+    assert_ne!(w1, w2);
+
+    let status = gm_status(&one);
+    assert_eq!(status["running"], true, "{status}");
+    let s = &status["status"];
+    assert_eq!(s["worker"]["pid"], w1, "{s}");
+    assert_eq!(s["worker"]["version"], env!("CARGO_PKG_VERSION"));
+    assert!(s["worker"]["rssBytes"].as_u64().is_some_and(|b| b > 1 << 20), "{s}");
+    let sessions = s["sessions"].as_array().expect("sessions");
+    assert_eq!(sessions.len(), 2, "{s}");
+    let versions: HashSet<&str> = sessions.iter().filter_map(|x| x["protocolVersion"].as_str()).collect();
+    assert_eq!(versions, HashSet::from(["2025-11-25", "2025-06-18"]));
+    assert!(sessions.iter().any(|x| x["run"]["task"] == "first task" && x["surface"] == "code"), "{s}");
+    assert!(sessions.iter().all(|x| x["client"]["name"] == "gm-tests"), "{s}");
+    assert_eq!(gm_status(&two)["status"]["sessions"].as_array().map(Vec::len), Some(1));
+
+    let text = gm_command().arg("status").current_dir(&one).output().expect("gm status");
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains(&format!("pid {w1}")) && text.contains("sessions (2)"), "{text}");
+}
+
+#[test]
+fn a_no_relay_gm_for_a_served_workspace_says_so_and_exits() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = dir.path().canonicalize().expect("canonical");
+    let mut a = Gm::start_in(&ws, &[], &[]);
+    a.ready();
+    let worker = the_worker(&ws.join(".gm/log.jsonl"));
+    let out = gm_command()
+        .args(["serve", "--no-relay"])
+        .current_dir(&ws)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("already served") && err.contains(&worker.to_string()), "{err}");
+    assert_eq!(a.js("return 'still served';"), "still served");
+}
+
+#[test]
+fn a_relay_joins_a_no_relay_gm_as_the_workspaces_worker() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = dir.path().canonicalize().expect("canonical");
+    let mut direct = Gm::start_in(&ws, &["--no-relay"], &[]);
+    direct.ready();
+    direct.call_ok("next_context", json!({ "task": "direct" }));
+    let mut relayed = Gm::start_in(&ws, &[], &[]);
+    relayed.ready();
+    assert_eq!(relayed.js("return 5;"), 5);
+    assert_eq!(the_worker(&ws.join(".gm/log.jsonl")), direct.pid(), "the --no-relay gm serves both");
+    let step = relayed.call_ok("next_context", json!({}));
+    assert_eq!(step["step"], 1, "the relayed session has a run of its own: {step}");
+}
+
+#[test]
+fn a_peer_of_another_user_is_refused() {
+    // SAFETY: getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        eprintln!("skipped: playing another user needs root to setuid");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = dir.path().canonicalize().expect("canonical");
+    let runtime = tempfile::tempdir().expect("runtime dir");
+    let xdg = runtime.path().to_str().expect("utf-8").to_owned();
+    let mut a = Gm::start_in(&ws, &[], &[("XDG_RUNTIME_DIR", &xdg)]);
+    a.ready();
+    let socket_dir = runtime.path().join("gm");
+    let socket = std::fs::read_dir(&socket_dir).expect("socket dir").next().expect("a socket").expect("entry").path();
+    // Open the way so the stranger reaches the socket at all: only the worker's own check
+    // stands between them.
+    use std::os::unix::fs::PermissionsExt;
+    for p in [runtime.path(), socket_dir.as_path(), socket.as_path()] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    }
+    let hello = r#"{"gm":"status"}"#;
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(format!(
+            "import os,socket\nos.setuid(65534)\ns=socket.socket(socket.AF_UNIX)\ns.connect({socket:?})\ntry:\n  s.sendall(b'{hello}\\n')\n  print(repr(s.recv(4096)))\nexcept ConnectionError:\n  print(repr(b''))"
+        ))
+        .output()
+        .expect("python3");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "b''", "the stranger heard nothing");
+    let refused = a.events_of("session").into_iter().find(|e| e["state"] == "refused").expect("logged");
+    assert_eq!(refused["peer"]["uid"], 65534, "{refused}");
+}
+
+#[test]
+fn a_host_that_comes_back_at_once_continues_its_run_every_time() {
+    // The old relay's end and the new relay's hello can reach the worker in either order.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = dir.path().canonicalize().expect("canonical");
+    let mut gm = Gm::start_in(&ws, &[], &[]);
+    gm.initialize("2025-11-25");
+    let first = gm.call_ok("next_context", json!({ "task": "keep going" }));
+    for round in 2..12u64 {
+        gm.signal(libc::SIGKILL);
+        gm.wait_exit(TIMEOUT).expect("the relay died");
+        gm = Gm::start_in(&ws, &[], &[]);
+        gm.initialize("2025-11-25");
+        let step = gm.call_ok("next_context", json!({}));
+        assert_eq!((step["step"].as_u64(), &step["runId"]), (Some(round), &first["runId"]), "round {round}: {step}");
+    }
+}
