@@ -19,11 +19,12 @@ import subprocess
 import tempfile
 import time
 
-from gm_process import popen_gm
+from gm_process import popen_gm, stop_worker
 
 
 class Server:
     def __init__(self, gm, workspace):
+        self.workspace = workspace
         self.p = popen_gm(gm, "tools", workspace)
         self.next = 0
         self.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
@@ -55,8 +56,10 @@ class Server:
         return float("nan")
 
     def close(self):
+        """Ends gm as a restart does: the host leaves, and the workspace's worker stops."""
         self.p.stdin.close()
         self.p.wait(timeout=30)
+        stop_worker(self.workspace)
 
 
 def timed(fn, repeat):

@@ -245,7 +245,9 @@ impl Served {
         let exe = std::env::current_exe().map_err(|e| BenchError::Server(e.to_string()))?;
         let mut cmd = Command::new(exe);
         cmd.args(["serve", "--surface", surface, "--max-inflight", &max_inflight.to_string(), "--workspace"])
-            .arg(workspace);
+            .arg(workspace)
+            // The scratch copy's worker leaves as soon as the replay's session ends.
+            .env("GM_WORKER_IDLE_MS", "1");
         let mut client = StdioClient::spawn(cmd, Stderr::Discard)
             .map_err(|e| BenchError::Server(format!("cannot start gm serve: {e}")))?;
         let handshake = |e: ClientError| BenchError::Server(format!("the handshake failed: {e}"));

@@ -177,7 +177,7 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
     let socket_path = paths::socket_path(&workspace).map_err(ServeError::Socket)?;
     // Holding the life lock, any socket at this path is a dead worker's.
     let _ = std::fs::remove_file(&socket_path);
-    let listener = std::os::unix::net::UnixListener::bind(&socket_path).map_err(ServeError::Socket)?;
+    let listener = sys::local::Listener::bind(&socket_path).map_err(ServeError::Socket)?;
     let worker_id = format!("worker-{}", new_run_id());
     write_life_lock(&life, &worker_id, &socket_path);
     let system = System::new();

@@ -420,6 +420,27 @@ pub fn peer_closed(fd: std::os::fd::BorrowedFd<'_>) -> bool {
     pfd.revents & libc::POLLHUP != 0
 }
 
+/// The local socket a workspace's worker listens on and its relays connect to: a Unix domain
+/// socket here (a named pipe would take its place on Windows). Everything else names these.
+#[cfg(unix)]
+pub mod local {
+    /// A blocking connection (the relay's side, `gm status`).
+    pub type Stream = std::os::unix::net::UnixStream;
+    /// The worker's listening socket, bound before its actors start.
+    pub type Listener = std::os::unix::net::UnixListener;
+    /// The worker's side of a connection, on its arbiter.
+    pub type AsyncStream = tokio::net::UnixStream;
+    pub type AsyncListener = tokio::net::UnixListener;
+    pub type ReadHalf = tokio::net::unix::OwnedReadHalf;
+    pub type WriteHalf = tokio::net::unix::OwnedWriteHalf;
+
+    /// The user id and pid of the process at the other end of a connection.
+    pub fn peer(stream: &AsyncStream) -> std::io::Result<(u32, Option<i32>)> {
+        let cred = stream.peer_cred()?;
+        Ok((cred.uid(), cred.pid()))
+    }
+}
+
 /// The real user id of this process.
 #[cfg(unix)]
 pub fn current_uid() -> u32 {

@@ -210,7 +210,7 @@ impl Handler<Send> for StdoutWriter {
 /// Lines read from one connection of the worker's socket, one [`Incoming`] at a time.
 #[cfg(unix)]
 pub struct SocketLines {
-    read: tokio::net::unix::OwnedReadHalf,
+    read: crate::sys::local::ReadHalf,
     splitter: LineSplitter,
     ready: std::collections::VecDeque<Incoming>,
     buf: Vec<u8>,
@@ -219,7 +219,7 @@ pub struct SocketLines {
 
 #[cfg(unix)]
 impl SocketLines {
-    pub fn new(read: tokio::net::unix::OwnedReadHalf, max_line: usize) -> Self {
+    pub fn new(read: crate::sys::local::ReadHalf, max_line: usize) -> Self {
         Self {
             read,
             splitter: LineSplitter::new(max_line),
@@ -273,7 +273,7 @@ impl SocketLines {
 /// connection.
 #[cfg(unix)]
 pub struct SocketWriter {
-    write: std::rc::Rc<tokio::net::unix::OwnedWriteHalf>,
+    write: std::rc::Rc<crate::sys::local::WriteHalf>,
     queue: Vec<u8>,
     /// Bytes of `queue` already written.
     done: usize,
@@ -284,7 +284,7 @@ pub struct SocketWriter {
 
 #[cfg(unix)]
 impl SocketWriter {
-    pub fn new(write: tokio::net::unix::OwnedWriteHalf, limit: usize) -> Self {
+    pub fn new(write: crate::sys::local::WriteHalf, limit: usize) -> Self {
         Self { write: std::rc::Rc::new(write), queue: Vec::new(), done: 0, flushing: false, limit, broken: false }
     }
 

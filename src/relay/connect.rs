@@ -3,10 +3,10 @@
 //! relay), waits for it to say it is ready, and connects. The first line each way is the hello
 //! and the welcome (`worker::hello`).
 
+use gm_actors::sys::local::Stream as UnixStream;
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};

@@ -18,10 +18,10 @@ mod connect;
 mod lines;
 pub mod peek;
 
+use gm_actors::sys::local::Stream as UnixStream;
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{BufReader, Write};
-use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};

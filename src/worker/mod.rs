@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use gm_actors::jobs::{JobKind, JobState, KillForeground, ListJobs};
 use gm_actors::log_writer::{Event, Flush};
+use gm_actors::sys::local;
 use gm_actors::transport::{Incoming, Send as SendLine, SocketLines, SocketWriter};
 use serde_json::{json, Value};
 
@@ -126,7 +127,7 @@ impl Session {
 pub struct WorkerSpec {
     pub files: Files,
     /// The socket it listens on (already bound), and its path.
-    pub listener: Option<(std::os::unix::net::UnixListener, PathBuf)>,
+    pub listener: Option<(gm_actors::sys::local::Listener, PathBuf)>,
     pub settings: WorkerSettings,
     pub idle: Duration,
     /// Its id: the `run` of its own events.
@@ -265,15 +266,15 @@ impl Worker {
     }
 
     /// A new connection: its peer checked, its first line read, then a session or a status.
-    fn accepted(&mut self, stream: tokio::net::UnixStream, ctx: &mut Context<Self>) {
+    fn accepted(&mut self, stream: local::AsyncStream, ctx: &mut Context<Self>) {
         if self.stopping.is_some() {
             return;
         }
         let uid = gm_actors::sys::current_uid();
-        match stream.peer_cred() {
-            Ok(cred) if cred.uid() == uid => {}
+        match local::peer(&stream) {
+            Ok((peer_uid, _)) if peer_uid == uid => {}
             other => {
-                let peer = other.ok().map(|c| json!({ "uid": c.uid(), "pid": c.pid() }));
+                let peer = other.ok().map(|(uid, pid)| json!({ "uid": uid, "pid": pid }));
                 self.log(Event::new("session", json!({ "state": "refused", "why": "another user", "peer": peer })));
                 return;
             }
@@ -488,7 +489,7 @@ impl Actor for Worker {
         let Some((listener, _)) = self.spec.listener.as_ref() else { return };
         let listener = listener.try_clone().and_then(|l| {
             l.set_nonblocking(true)?;
-            tokio::net::UnixListener::from_std(l)
+            local::AsyncListener::from_std(l)
         });
         match listener {
             Ok(listener) => {
@@ -508,8 +509,8 @@ impl Actor for Worker {
     }
 }
 
-impl StreamHandler<std::io::Result<tokio::net::UnixStream>> for Worker {
-    fn handle(&mut self, item: std::io::Result<tokio::net::UnixStream>, ctx: &mut Context<Self>) {
+impl StreamHandler<std::io::Result<local::AsyncStream>> for Worker {
+    fn handle(&mut self, item: std::io::Result<local::AsyncStream>, ctx: &mut Context<Self>) {
         match item {
             Ok(stream) => self.accepted(stream, ctx),
             // Out of descriptors, a connection reset before accept: the next one may do.

@@ -1,8 +1,8 @@
 //! `gm status`: asks the workspace's worker what it runs — its build, its sessions, jobs and
 //! background bodies, child servers — over its socket, and prints it for a person or as JSON.
 
+use gm_actors::sys::local::Stream as UnixStream;
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 

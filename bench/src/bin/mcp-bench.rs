@@ -110,6 +110,80 @@ fn pipelined(server: &mut Server, params: &Value, n: usize, inflight: usize) {
     }
 }
 
+/// A workspace of its own beside `file`'s folder, holding a copy of it: (workspace, the copy).
+fn workspace_copy(file: &str, name: &str) -> (String, String) {
+    let file = std::path::Path::new(file);
+    let ws = file.parent().expect("file has a directory").join(name);
+    std::fs::create_dir_all(&ws).expect("workspace");
+    let copy = ws.join(file.file_name().expect("file name"));
+    std::fs::copy(file, &copy).expect("copy");
+    (ws.to_string_lossy().into_owned(), copy.to_string_lossy().into_owned())
+}
+
+/// What more sessions of one workspace cost and give.
+struct Sessions {
+    /// One session's calls/s, on its own (the first session's relay).
+    one: f64,
+    /// Three sessions' calls/s together, each with `inflight` calls outstanding.
+    three: f64,
+    /// Spawn to initialize reply of a relay joining the running worker, p50 in µs.
+    connect_us: f64,
+}
+
+fn measure_sessions(
+    cmd: &[String],
+    env: &[(&str, &std::path::Path)],
+    file: &str,
+    par: usize,
+    inflight: usize,
+    first: &mut Server,
+) -> Sessions {
+    let params = json!({ "name": "stat_file", "arguments": { "path": file } });
+    let connect_us = measure_spawn(cmd, env, 30);
+    let mut others: Vec<Server> = (0..2)
+        .map(|_| {
+            let mut s = Server::spawn_env(cmd, env);
+            s.initialize();
+            pipelined(&mut s, &params, par / 4, inflight);
+            s
+        })
+        .collect();
+    let started = Instant::now();
+    pipelined(first, &params, par, inflight);
+    let one = par as f64 / started.elapsed().as_secs_f64();
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(3));
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        for s in others.iter_mut() {
+            let (params, barrier) = (params.clone(), barrier.clone());
+            scope.spawn(move || {
+                barrier.wait();
+                pipelined(s, &params, par, inflight);
+            });
+        }
+        barrier.wait();
+        pipelined(first, &params, par, inflight);
+    });
+    let three = (3 * par) as f64 / started.elapsed().as_secs_f64();
+    Sessions { one, three, connect_us }
+}
+
+/// Spawn to initialize reply of a gm in a new workspace each time (so a worker starts each
+/// time), `repeat` times; the median in µs.
+fn measure_cold_spawn(gm: &str, file: &str, env: &[(&str, &std::path::Path)], repeat: usize) -> f64 {
+    let mut times = Vec::new();
+    for n in 0..repeat {
+        let (ws, _) = workspace_copy(file, &format!("cold-{n}"));
+        let cmd = [gm.to_owned(), "serve".into(), "--workspace".into(), ws];
+        let t = Instant::now();
+        let mut s = Server::spawn_env(&cmd, env);
+        s.initialize();
+        times.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    times.sort_by(|a, b| a.total_cmp(b));
+    percentile(&times, 0.5)
+}
+
 /// Spawn to initialize reply, `repeat` times; the median in µs.
 fn measure_spawn(cmd: &[String], env: &[(&str, &std::path::Path)], repeat: usize) -> f64 {
     let mut times = Vec::new();
@@ -205,23 +279,32 @@ fn main() {
     };
 
     // (1) stat_file round trips and throughput, against the echo floor and the Node server.
-    // gm's servers start no child MCP servers here (the shipped default fetches one with npx).
+    // gm's servers start no child MCP servers here (the shipped default fetches one with npx),
+    // and each configuration has a workspace of its own: one workspace has one worker, which
+    // a `--no-relay` gm would otherwise find already there. Workers leave 2 s after their last
+    // session.
     let defaults = std::path::Path::new(&dir).join("no-defaults");
     std::fs::create_dir_all(&defaults).expect("defaults");
     std::fs::write(defaults.join("mcp.json"), r#"{"mcpServers":{}}"#).expect("defaults");
-    let gm_env = [("GM_DEFAULTS_DIR", defaults.as_path())];
-    let gm_tools =
-        vec![gm.clone(), "serve".into(), "--surface".into(), "tools".into(), "--workspace".into(), dir.clone()];
-    let mut s = Server::spawn_env(&gm_tools, &gm_env);
+    let idle = std::path::Path::new("2000");
+    let gm_env = [("GM_DEFAULTS_DIR", defaults.as_path()), ("GM_WORKER_IDLE_MS", idle)];
+    let gm_tools_in = |ws: &str| {
+        vec![gm.clone(), "serve".into(), "--surface".into(), "tools".into(), "--workspace".into(), ws.to_owned()]
+    };
+    let (relayed_ws, relayed_file) = workspace_copy(&file, "relayed");
+    let mut s = Server::spawn_env(&gm_tools_in(&relayed_ws), &gm_env);
     s.initialize();
-    let g = measure_calls(&mut s, "stat_file", &json!({ "path": file }), seq, par, inflight);
+    let g = measure_calls(&mut s, "stat_file", &json!({ "path": relayed_file }), seq, par, inflight);
+    // (6) more sessions of the same workspace: each host's own relay, one worker.
+    let sessions = measure_sessions(&gm_tools_in(&relayed_ws), &gm_env, &relayed_file, par, inflight, &mut s);
     drop(s);
     // The same server without the relay in front (`--no-relay`): what the relay costs.
-    let mut gm_direct = gm_tools.clone();
+    let (direct_ws, direct_file) = workspace_copy(&file, "direct");
+    let mut gm_direct = gm_tools_in(&direct_ws);
     gm_direct.push("--no-relay".into());
     let mut s = Server::spawn_env(&gm_direct, &gm_env);
     s.initialize();
-    let d = measure_calls(&mut s, "stat_file", &json!({ "path": file }), seq, par, inflight);
+    let d = measure_calls(&mut s, "stat_file", &json!({ "path": direct_file }), seq, par, inflight);
     drop(s);
     let mut s = Server::spawn(std::slice::from_ref(&echo));
     s.initialize();
@@ -244,6 +327,21 @@ fn main() {
         json!(g.calls_per_s / d.calls_per_s),
     );
     record("echo floor calls/s (64 in flight)", format!("{:.0}", e.calls_per_s), json!(e.calls_per_s));
+    record(
+        "one session calls/s, then three sessions at once (64 in flight each)",
+        format!("{:.0}, {:.0}", sessions.one, sessions.three),
+        json!([sessions.one, sessions.three]),
+    );
+    record(
+        "three sessions / one session calls/s",
+        format!("{:.2}", sessions.three / sessions.one),
+        json!(sessions.three / sessions.one),
+    );
+    record(
+        "second session: spawn to initialize reply, worker running, p50 (µs)",
+        format!("{:.0}", sessions.connect_us),
+        json!(sessions.connect_us),
+    );
     if let Some(node_fs) = &node_fs {
         let node = vec!["node".into(), node_fs.clone(), dir.clone()];
         let mut s = Server::spawn(&node);
@@ -264,7 +362,8 @@ fn main() {
     }
 
     // (2) run_code `return 1` against spawning `node -e 0` per body.
-    let gm_code = vec![gm.clone(), "serve".into(), "--workspace".into(), dir.clone()];
+    let (code_ws, _) = workspace_copy(&file, "code");
+    let gm_code = vec![gm.clone(), "serve".into(), "--workspace".into(), code_ws];
     let mut s = Server::spawn_env(&gm_code, &gm_env);
     s.initialize();
     s.request("resources/read", json!({ "uri": "skill://gm/SKILL.md" }));
@@ -281,7 +380,8 @@ fn main() {
     record("node -e 0 / run_code p50", format!("{:.0}x", node_e / r.p50_us), json!(node_e / r.p50_us));
 
     // (5) run_shell `true` against spawning `bash -c true` directly.
-    let mut s = Server::spawn_env(&gm_tools, &gm_env);
+    let (shell_ws, _) = workspace_copy(&file, "shell");
+    let mut s = Server::spawn_env(&gm_tools_in(&shell_ws), &gm_env);
     s.initialize();
     let sh =
         measure_calls(&mut s, "run_shell", &json!({ "command": "true" }), (seq / 10).max(50), (par / 20).max(50), 8);
@@ -295,10 +395,12 @@ fn main() {
     record("bash -c true p50 (µs)", format!("{bash:.0}"), json!(bash));
     record("run_shell overhead over bash -c (µs)", format!("{:.0}", sh.p50_us - bash), json!(sh.p50_us - bash));
 
-    // (3) spawn to initialize reply, (4) idle RSS.
-    let spawn = measure_spawn(&gm_code, &gm_env, 30);
-    record("gm spawn to initialize reply p50 (µs)", format!("{spawn:.0}"), json!(spawn));
-    let mut s = Server::spawn_env(&gm_code, &gm_env);
+    // (3) spawn to initialize reply, each in a new workspace (a worker starts each time), and
+    // (4) idle RSS.
+    let spawn = measure_cold_spawn(&gm, &file, &gm_env, 30);
+    record("gm spawn to initialize reply, worker started, p50 (µs)", format!("{spawn:.0}"), json!(spawn));
+    let (idle_ws, _) = workspace_copy(&file, "idle");
+    let mut s = Server::spawn_env(&[gm.clone(), "serve".into(), "--workspace".into(), idle_ws], &gm_env);
     s.initialize();
     std::thread::sleep(Duration::from_millis(500));
     let rss = rss_tree_kb(s.pid());
