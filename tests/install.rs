@@ -111,6 +111,61 @@ fn an_earlier_gm_entry_is_replaced_where_it_stands() {
 }
 
 #[test]
+fn the_users_env_type_and_timeout_in_the_gm_entry_are_kept_in_their_text_and_place() {
+    let home = tempfile::tempdir().unwrap();
+    let old = r#"{
+  "mcpServers": {
+    "gm": {
+      "type": "stdio",
+      "command": "/old/gm",
+      "args": ["serve", "--old-flag"],
+      "env": {"GMNEW_AUTO_UPDATE": "0",   "K": "v"},
+      "timeout": 120000
+    }
+  }
+}
+"#;
+    fs::write(claude_json(home.path()), old).unwrap();
+    assert_eq!(ok(gm(home.path(), &["install"]))["changed"], true);
+    let want = old
+        .replace("\"/old/gm\"", &json!(this_gm()).to_string())
+        .replace("[\"serve\", \"--old-flag\"]", "[\n        \"serve\"\n      ]");
+    assert_eq!(fs::read_to_string(claude_json(home.path())).unwrap(), want);
+
+    // Installed again: command and args already say so, nothing is written.
+    let before = fs::read(claude_json(home.path())).unwrap();
+    assert_eq!(ok(gm(home.path(), &["install"]))["changed"], false);
+    assert_eq!(fs::read(claude_json(home.path())).unwrap(), before);
+}
+
+#[cfg(unix)]
+#[test]
+fn a_gm_run_from_a_staged_version_registers_current_not_the_version_folder() {
+    let home = tempfile::tempdir().unwrap();
+    let root = home.path().join(".gmnew");
+    let version_dir = root.join("versions").join(VERSION);
+    fs::create_dir_all(&version_dir).unwrap();
+    let staged = version_dir.join("gm");
+    // A hard link where the file system allows it: the binary is large.
+    fs::hard_link(common::gm_bin(), &staged).or_else(|_| fs::copy(common::gm_bin(), &staged).map(drop)).unwrap();
+    std::os::unix::fs::symlink(Path::new("versions").join(VERSION), root.join("current")).unwrap();
+
+    // The host starts ~/.gmnew/current/gm; the process runs the resolved versions/<v>/gm.
+    let out = Command::new(root.join("current/gm"))
+        .arg("install")
+        .env("HOME", home.path())
+        .env_remove("GM_SKILLS_DIR")
+        .env_remove("GM_DEFAULTS_DIR")
+        .current_dir(home.path())
+        .output()
+        .unwrap();
+    let report = ok(out);
+    let current = root.join("current/gm").to_str().unwrap().to_owned();
+    assert_eq!(report["command"], current);
+    assert_eq!(read_json(&claude_json(home.path()))["mcpServers"]["gm"]["command"], current);
+}
+
+#[test]
 fn a_config_that_is_not_a_json_object_is_refused_and_left_as_it_was() {
     for text in ["[1, 2]\n", "{\"mcpServers\": ", "{\"mcpServers\": [\"gm\"]}"] {
         let home = tempfile::tempdir().unwrap();

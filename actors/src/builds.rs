@@ -101,6 +101,14 @@ pub fn current_exe_path(root: &Path) -> PathBuf {
     root.join("current").join(EXE)
 }
 
+/// Whether `exe` is the binary of a build staged under `<root>/versions/<version>/`.
+pub fn is_staged_binary(exe: &Path, root: &Path) -> bool {
+    let (Ok(exe), Ok(versions)) = (fs::canonicalize(exe), fs::canonicalize(root.join("versions"))) else {
+        return false;
+    };
+    exe.file_name() == Some(EXE.as_ref()) && exe.parent().and_then(Path::parent) == Some(versions.as_path())
+}
+
 /// The result of [`stage`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Staged {
@@ -355,6 +363,18 @@ mod tests {
         stage(&t.path().join("b"), &root).unwrap();
         assert_eq!(fs::read_to_string(root.join("current").join(EXE)).unwrap(), "two");
         assert_eq!(fs::read_to_string(root.join("previous").join(EXE)).unwrap(), "one");
+    }
+
+    #[test]
+    fn only_the_binary_of_a_staged_version_is_a_staged_binary() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("root");
+        fake_build(&t.path().join("a"), "1.0.0", "one");
+        stage(&t.path().join("a"), &root).unwrap();
+        assert!(is_staged_binary(&root.join("versions/1.0.0").join(EXE), &root));
+        assert!(is_staged_binary(&root.join("current").join(EXE), &root), "current resolves into versions/");
+        assert!(!is_staged_binary(&t.path().join("a").join(EXE), &root));
+        assert!(!is_staged_binary(&root.join("versions/1.0.0/skills/gm/SKILL.md"), &root));
     }
 
     #[test]
