@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use common::Gm;
 use gm_actors::builds::{TARGET, VERSION};
 use serde_json::Value;
-use testing::{build_archive, manifest_json, sha256_hex, TestServer};
+use testing::{build_archive, gm_script, manifest_json, sha256_hex, TestServer};
 
 const MANIFEST: &str = "/releases/manifest.json";
 const WAIT: Duration = Duration::from_secs(30);
@@ -85,7 +85,7 @@ fn wait_file_holds(path: &Path, text: &str) {
 /// of the archive's when given). Returns the archive's size and its path on the server.
 fn publish_99(server: &TestServer, sha256: Option<&str>) -> (usize, String) {
     let name = format!("gmnew-99.0.0-{TARGET}.tar.gz");
-    let archive = build_archive("99.0.0", TARGET, "#!/bin/sh\necho gm 99\n");
+    let archive = build_archive("99.0.0", TARGET, &gm_script("99.0.0"));
     let sha = sha256.map(str::to_owned).unwrap_or_else(|| sha256_hex(&archive));
     let size = archive.len();
     server.serve(MANIFEST, manifest_json("99.0.0", TARGET, &name, &sha, size), Some("\"r99\""));
@@ -134,7 +134,7 @@ fn a_newer_release_is_downloaded_checked_and_staged_as_current() {
     assert_eq!(events[2]["version"], "99.0.0");
     assert_eq!(events[2]["dir"].as_str().map(PathBuf::from), Some(root.join("versions/99.0.0")));
 
-    assert_eq!(std::fs::read_to_string(root.join("current/gm")).expect("current/gm"), "#!/bin/sh\necho gm 99\n");
+    assert_eq!(std::fs::read_to_string(root.join("current/gm")).expect("current/gm"), gm_script("99.0.0"));
     assert_eq!(std::fs::read_to_string(root.join("current/skills/gm/SKILL.md")).expect("skill"), "# gm skill\n");
     assert_eq!(entries(&root.join("downloads")), Vec::<PathBuf>::new(), "no temporary file is left");
     let paths: Vec<String> = server.requests().into_iter().map(|r| r.path).collect();

@@ -61,25 +61,33 @@ pub async fn run(job: Job) -> Outcome {
     let version = offer.as_ref().map(|o| o.version.to_string());
     let newer = offer.as_ref().is_some_and(|o| manifest::is_newer(&o.version, job.running));
     let staged = newer && offer.as_ref().is_some_and(|o| manifest::is_staged(&job.root, &o.version, job.target));
+    let current = builds::current_version(&job.root);
     job.events.do_send(UpdateEvent::Checked {
         version: version.clone(),
         newer,
         running: job.running,
         target: job.target,
+        current: current.clone(),
         already_staged: staged,
     });
+    let refuse = |version: String, refusal: Refusal| {
+        job.events.do_send(UpdateEvent::Refused {
+            version: version.clone(),
+            reason: refusal.code(),
+            detail: refusal.to_string(),
+        });
+        Outcome::Refused { version, refusal }
+    };
     let outcome = match (offer, version) {
-        (Some(offer), Some(version)) if newer && !staged => match install(&job, &offer).await {
-            Ok(outcome) => outcome,
-            Err(Stop::Failed(error)) => return Outcome::Failed { error },
-            Err(Stop::Refused(refusal)) => {
-                job.events.do_send(UpdateEvent::Refused {
-                    version: version.clone(),
-                    reason: refusal.code(),
-                    detail: refusal.to_string(),
-                });
-                return Outcome::Refused { version, refusal };
-            }
+        (Some(offer), Some(version)) if newer && !staged => match refuse_offer(&job.root, &offer, current.as_deref()) {
+            // What the manifest alone says is no: handled to the end (its ETag is saved below),
+            // so the same manifest is not downloaded again at every check.
+            Some(refusal) => refuse(version, refusal),
+            None => match install(&job, &offer).await {
+                Ok(outcome) => outcome,
+                Err(Stop::Failed(error)) => return Outcome::Failed { error },
+                Err(Stop::Refused(refusal)) => return refuse(version, refusal),
+            },
         },
         (_, Some(version)) if staged => Outcome::AlreadyStaged { version },
         (_, version) => Outcome::UpToDate { version },
@@ -91,6 +99,16 @@ pub async fn run(job: Job) -> Outcome {
         }
     }
     outcome
+}
+
+/// Why the offered version is not downloaded at all: it is lower than the version current
+/// points at (a replayed older manifest, or a build the user installed by hand), or it was
+/// marked bad.
+fn refuse_offer(root: &Path, offer: &Offer, current: Option<&str>) -> Option<Refusal> {
+    if let Some(current) = current.filter(|c| semver::Version::parse(c).is_ok_and(|c| offer.version < c)) {
+        return Some(Refusal::OlderThanCurrent { current: current.to_owned() });
+    }
+    state::bad(root, &offer.version.to_string()).map(|b| Refusal::KnownBad { causes: b.causes })
 }
 
 /// Downloads, verifies, unpacks and stages the offered build; its temporary files go in every
@@ -130,7 +148,16 @@ async fn install(job: &Job, offer: &Offer) -> Result<Outcome, Stop> {
         let _unpacked = TempPath(unpack_dir.clone());
         let build = unpack::unpack(&archive, &unpack_dir, &unpack::top_folder(&v, target))?;
         unpack::check_build(&build, &v, target)?;
-        Ok(builds::stage(&build, &root)?)
+        state::record_staged(&root, &v)
+            .map_err(|e| StageError::Stage(BuildError::Io { path: e.path, source: e.source }))?;
+        match builds::stage_update(&build, &root) {
+            Err(BuildError::DoesNotStart(e)) => {
+                // It will not start next time either (a newer C library, a missing one): never again.
+                let _ = state::mark_bad(&root, &v, &[format!("does not start: {e}")]);
+                Err(StageError::Stage(BuildError::DoesNotStart(e)))
+            }
+            other => Ok(other?),
+        }
     })
     .await??;
     drop(part);
@@ -164,6 +191,10 @@ impl From<StageError> for Stop {
             StageError::Archive(e @ ArchiveError::Io { .. }) => Stop::Failed(e.to_string()),
             StageError::Stage(BuildError::NoBinary(_)) => {
                 Stop::Refused(Refusal::BadArchive(format!("the build holds no {}", builds::EXE)))
+            }
+            StageError::Stage(BuildError::DoesNotStart(e)) => Stop::Refused(Refusal::DoesNotStart(e.to_string())),
+            StageError::Stage(BuildError::OlderThanCurrent { current, .. }) => {
+                Stop::Refused(Refusal::OlderThanCurrent { current })
             }
             StageError::Stage(e) => Stop::Failed(format!("cannot stage the build: {e}")),
         }

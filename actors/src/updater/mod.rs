@@ -2,10 +2,12 @@
 //!
 //! At start and every [`CHECK_EVERY`] it asks for the release manifest with `If-None-Match`
 //! (an unchanged release costs one small 304), and when the manifest offers this target a
-//! newer version that is not staged yet, it downloads the archive, checks its size and
-//! SHA-256 against the manifest, unpacks it, checks its `build.json` and stages it with
-//! [`builds::stage`], as `gm install --local` does. It never runs what it staged: the next
-//! worker start picks it up.
+//! newer version that is not staged yet, not lower than the one `current` points at and not
+//! known to be bad, it downloads the archive, checks its size and SHA-256 against the
+//! manifest, unpacks it, checks its `build.json` and stages it with [`builds::stage_update`],
+//! which runs its `gm --version` before `current` moves. A build that does not start is
+//! refused and remembered as bad ([`state::mark_bad`]). The next worker start runs what it
+//! staged.
 //!
 //! It runs on an arbiter of its own (unpacking and staging on blocking threads; only the
 //! small state files are read there), so a slow network or a large archive never holds up a
@@ -16,7 +18,7 @@
 //! - `manifest`: the manifest's shape and what it offers this target.
 //! - `fetch`: the two HTTP requests.
 //! - `unpack`: unpacking an archive safely and checking its `build.json`.
-//! - `state`: the saved ETag (`~/.gmnew/update.json`).
+//! - `state`: `~/.gmnew/update.json`: the saved ETag, the bad versions, what it staged.
 //! - `check`: one check, step by step.
 
 mod check;
@@ -58,6 +60,9 @@ pub enum UpdateEvent {
         newer: bool,
         running: &'static str,
         target: &'static str,
+        /// The version `~/.gmnew/current` points at, when it points at one.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        current: Option<String>,
         /// A newer version that an earlier check (or another gm) already staged.
         #[serde(rename = "alreadyStaged", skip_serializing_if = "std::ops::Not::not")]
         already_staged: bool,
@@ -71,7 +76,9 @@ pub enum UpdateEvent {
         version: String,
         dir: PathBuf,
     },
-    /// An archive that did not match the manifest or is not a build; nothing was staged.
+    /// A build that is not staged: the manifest offers a version lower than current's or one
+    /// known to be bad, or its archive did not match the manifest, is not signed by gm's key,
+    /// is not a build, or does not start. Nothing was staged.
     Refused {
         version: String,
         reason: &'static str,
@@ -95,6 +102,12 @@ pub enum Refusal {
     BadArchive(String),
     #[error("build.json mismatch: {0}")]
     BuildJsonMismatch(String),
+    #[error("{0}")]
+    DoesNotStart(String),
+    #[error("current points at {current}, a higher version; gm never moves current back")]
+    OlderThanCurrent { current: String },
+    #[error("this version was marked bad: {}", causes.join("; "))]
+    KnownBad { causes: Vec<String> },
 }
 
 impl Refusal {
@@ -105,6 +118,9 @@ impl Refusal {
             Refusal::WrongSize { .. } => "wrong-size",
             Refusal::BadArchive(_) => "bad-archive",
             Refusal::BuildJsonMismatch(_) => "build-json-mismatch",
+            Refusal::DoesNotStart(_) => "does-not-start",
+            Refusal::OlderThanCurrent { .. } => "older-than-current",
+            Refusal::KnownBad { .. } => "known-bad",
         }
     }
 }

@@ -167,6 +167,11 @@ fn head(status: &str, fields: &[(&str, String)]) -> Vec<u8> {
     text.into_bytes()
 }
 
+/// A `gm` that answers `--version` as a build of `version` does (a shell script).
+pub fn gm_script(version: &str) -> String {
+    format!("#!/bin/sh\necho gm {version}\n")
+}
+
 /// A build archive as `gm dist` makes it: `gmnew-<version>-<target>/` holding `gm` (with
 /// `gm_body`), `build.json` (release) and `skills/gm/SKILL.md`.
 pub fn build_archive(version: &str, target: &str, gm_body: &str) -> Vec<u8> {

@@ -6,13 +6,22 @@
 //! A build is never changed in place: it is copied into a fresh folder beside the versions and
 //! renamed into place, and the pointer is switched by renaming a new link over the old one. A
 //! gm already running keeps its open binary and the folder it read its skills from.
+//!
+//! A build becomes current only once it started here (its `gm --version`, see [`starts`]), and
+//! all of this happens under one lock (`<root>/.lock`), so two gm processes never stage at once;
+//! the copies a process that died mid-staging left behind are removed by the next one.
+
+pub mod starts;
 
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use semver::Version;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+
+pub use starts::DoesNotStart;
 
 use crate::sys;
 
@@ -29,6 +38,10 @@ pub const BUILD_FILE: &str = "build.json";
 const PARTS: [&str; 4] = ["skills", "defaults", "README.md", "LICENSE"];
 /// Staged versions kept, newest first (current and previous among them).
 const KEEP_VERSIONS: usize = 3;
+/// The lock every change under the root is made under.
+pub const LOCK_FILE: &str = ".lock";
+/// The prefix of a build being copied into `versions/`.
+const STAGING: &str = ".staging";
 
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
@@ -44,6 +57,12 @@ pub enum BuildError {
     WrongTarget { path: PathBuf, target: String },
     #[error("no home directory (HOME is not set)")]
     NoHome,
+    #[error("the build does not start here: {0}")]
+    DoesNotStart(#[from] DoesNotStart),
+    #[error("{version} is older than {current}, the version current points at; gm never moves current back")]
+    OlderThanCurrent { version: String, current: String },
+    #[error("{0} has no previous build to go back to")]
+    NoPrevious(PathBuf),
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> BuildError + '_ {
@@ -123,7 +142,20 @@ pub struct Staged {
 /// `skills/` and `defaults/` are found one or two levels up, as gm finds them at run time) to
 /// `<root>/versions/<version>/` and points `<root>/current` at it, keeping the build it
 /// pointed at as `<root>/previous`. Staging the build that is already current changes nothing.
+/// The build must start (`gm --version` names its version) before current moves; one that
+/// does not leaves nothing behind. Any version may be staged: this is `gm install --local`,
+/// a user's choice (the Updater stages with [`stage_update`]).
 pub fn stage(src: &Path, root: &Path) -> Result<Staged, BuildError> {
+    stage_with(src, root, false)
+}
+
+/// [`stage`] for the Updater: a version lower than the one `current` points at is refused
+/// (`OlderThanCurrent`), whatever the running binary is.
+pub fn stage_update(src: &Path, root: &Path) -> Result<Staged, BuildError> {
+    stage_with(src, root, true)
+}
+
+fn stage_with(src: &Path, root: &Path, refuse_older: bool) -> Result<Staged, BuildError> {
     let exe = src.join(EXE);
     if !exe.is_file() {
         return Err(BuildError::NoBinary(src.to_path_buf()));
@@ -139,12 +171,26 @@ pub fn stage(src: &Path, root: &Path) -> Result<Staged, BuildError> {
     let files = build_files(src)?;
     let versions = root.join("versions");
     fs::create_dir_all(&versions).map_err(io_err(&versions))?;
+    let _lock = lock(root)?;
+    remove_leftovers(&versions);
+    if refuse_older {
+        if let Some(current) = current_version(root).filter(|c| is_older(&version, c)) {
+            return Err(BuildError::OlderThanCurrent { version, current });
+        }
+    }
     let dest = versions.join(&version);
+    let link = root.join("current");
+    let target = Path::new("versions").join(&version);
+    let pointed = fs::read_link(&link).ok();
 
     let mut changed = false;
     if !(dest.is_dir() && same_tree(&files, &dest)?) {
-        let tmp = unique_path(&versions, ".staging");
+        let tmp = unique_path(&versions, STAGING);
         copy_build(&files, &tmp)?;
+        if let Err(e) = starts::check(&tmp.join(EXE), &version, starts::START_TIMEOUT) {
+            let _ = fs::remove_dir_all(&tmp);
+            return Err(e.into());
+        }
         if dest.exists() {
             // A different build under the same version (a rebuilt checkout): move the old one
             // aside first; a gm running from it keeps its open files.
@@ -154,11 +200,11 @@ pub fn stage(src: &Path, root: &Path) -> Result<Staged, BuildError> {
         }
         fs::rename(&tmp, &dest).map_err(io_err(&dest))?;
         changed = true;
+    } else if pointed.as_deref() != Some(target.as_path()) {
+        // Staged before (it may be `previous`): it must still start before it is current again.
+        starts::check(&dest.join(EXE), &version, starts::START_TIMEOUT)?;
     }
 
-    let link = root.join("current");
-    let target = Path::new("versions").join(&version);
-    let pointed = fs::read_link(&link).ok();
     if pointed.as_deref() != Some(target.as_path()) {
         if let Some(old) = pointed {
             sys::point_link(root, &root.join("previous"), &old).map_err(io_err(&root.join("previous")))?;
@@ -170,14 +216,85 @@ pub fn stage(src: &Path, root: &Path) -> Result<Staged, BuildError> {
     Ok(Staged { version, dir: dest, changed })
 }
 
+/// The lock under which builds are staged, switched and recorded: `<root>/.lock`, held until
+/// the guard is dropped. Take it once: a second take in the same thread waits for itself.
+pub fn lock(root: &Path) -> Result<sys::FileLock, BuildError> {
+    fs::create_dir_all(root).map_err(io_err(root))?;
+    let path = root.join(LOCK_FILE);
+    sys::lock_exclusive(&path).map_err(|source| BuildError::Io { path, source })
+}
+
+/// The version `<root>/current` points at, if it points at a version.
+pub fn current_version(root: &Path) -> Option<String> {
+    link_version(root, "current")
+}
+
+/// The version `<root>/previous` points at, if any.
+pub fn previous_version(root: &Path) -> Option<String> {
+    link_version(root, "previous")
+}
+
+fn link_version(root: &Path, link: &str) -> Option<String> {
+    let target = fs::read_link(root.join(link)).ok()?;
+    let name = target.file_name()?.to_str()?.to_owned();
+    valid_version(&name).then_some(name)
+}
+
+/// Whether `a` is a lower semantic version than `b`. Versions that are not semantic versions
+/// are not ordered (never older).
+fn is_older(a: &str, b: &str) -> bool {
+    matches!((Version::parse(a), Version::parse(b)), (Ok(a), Ok(b)) if a < b)
+}
+
+/// What [`roll_back`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RolledBack {
+    /// The version current pointed at (None when it pointed at no version).
+    pub from: Option<String>,
+    /// The version it points at now.
+    pub to: String,
+}
+
+/// Points `<root>/current` back at the build `<root>/previous` names and removes `previous`
+/// (the build that was current is the one that failed: it is nobody's fallback). For the relay,
+/// when a build the Updater staged does not start; it does not run the build it goes back to.
+pub fn roll_back(root: &Path) -> Result<RolledBack, BuildError> {
+    let _lock = lock(root)?;
+    let previous = root.join("previous");
+    let target = fs::read_link(&previous).map_err(|_| BuildError::NoPrevious(root.to_path_buf()))?;
+    let to = link_version(root, "previous").ok_or_else(|| BuildError::NoPrevious(root.to_path_buf()))?;
+    if !root.join(&target).join(EXE).is_file() {
+        return Err(BuildError::NoPrevious(root.to_path_buf()));
+    }
+    let from = current_version(root);
+    let link = root.join("current");
+    sys::point_link(root, &link, &target).map_err(io_err(&link))?;
+    fs::remove_file(&previous).map_err(io_err(&previous))?;
+    Ok(RolledBack { from, to })
+}
+
+/// Removes the copies that staging processes which have since died left in `versions/`. Runs
+/// under the lock, so no copy of a process that takes the lock is in progress; one of a live
+/// process that does not (an older gm) is left alone.
+fn remove_leftovers(versions: &Path) {
+    let Ok(entries) = fs::read_dir(versions) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(STAGING)).and_then(|r| r.strip_prefix('-')) else {
+            continue;
+        };
+        let pid = rest.split('-').next().and_then(|p| p.parse::<u32>().ok());
+        let ours_or_dead = pid.is_none_or(|pid| pid == std::process::id() || !sys::process_exists(pid));
+        if ours_or_dead {
+            let _ = fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 /// `<binary> --version` prints `gm <version>`.
 fn version_of_binary(exe: &Path) -> Result<String, BuildError> {
     let unknown = |why: String| BuildError::UnknownVersion { path: exe.to_path_buf(), why };
-    let out = std::process::Command::new(exe).arg("--version").output().map_err(|e| unknown(e.to_string()))?;
-    if !out.status.success() {
-        return Err(unknown(format!("--version exited with {}", out.status)));
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = starts::version_output(exe, starts::START_TIMEOUT).map_err(|e| unknown(e.to_string()))?;
     let version = text.split_whitespace().nth(1).unwrap_or_default().to_string();
     if valid_version(&version) {
         Ok(version)
@@ -321,12 +438,28 @@ fn prune(root: &Path, versions: &Path) {
 mod tests {
     use super::*;
 
+    /// A build whose binary is a script answering `--version` as gm does; `body` marks it.
     fn fake_build(dir: &Path, version: &str, body: &str) {
         fs::create_dir_all(dir.join("skills/gm")).unwrap();
-        fs::write(dir.join(EXE), body).unwrap();
+        fs::write(dir.join(EXE), format!("#!/bin/sh\n# {body}\necho gm {version}\n")).unwrap();
+        #[cfg(unix)]
+        fs::set_permissions(dir.join(EXE), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         fs::write(dir.join("skills/gm/SKILL.md"), "skill").unwrap();
         let info = BuildInfo { version: version.into(), target: TARGET.into(), release: true };
         fs::write(dir.join(BUILD_FILE), serde_json::to_string(&info).unwrap()).unwrap();
+    }
+
+    /// The mark `fake_build` put in a build's binary.
+    fn marker(build: &Path) -> String {
+        let text = fs::read_to_string(build.join(EXE)).unwrap();
+        text.lines().find_map(|l| l.strip_prefix("# ")).unwrap_or_default().to_owned()
+    }
+
+    fn entries(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> =
+            fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        names.sort();
+        names
     }
 
     #[test]
@@ -336,7 +469,7 @@ mod tests {
         fake_build(&src, "1.0.0", "one");
         let staged = stage(&src, &root).unwrap();
         assert!(staged.changed);
-        assert_eq!(fs::read_to_string(root.join("current").join(EXE)).unwrap(), "one");
+        assert_eq!(marker(&root.join("current")), "one");
         assert_eq!(fs::read_to_string(root.join("current/skills/gm/SKILL.md")).unwrap(), "skill");
         assert!(!root.join("previous").exists());
     }
@@ -361,8 +494,8 @@ mod tests {
         fake_build(&t.path().join("b"), "1.1.0", "two");
         stage(&t.path().join("a"), &root).unwrap();
         stage(&t.path().join("b"), &root).unwrap();
-        assert_eq!(fs::read_to_string(root.join("current").join(EXE)).unwrap(), "two");
-        assert_eq!(fs::read_to_string(root.join("previous").join(EXE)).unwrap(), "one");
+        assert_eq!(marker(&root.join("current")), "two");
+        assert_eq!(marker(&root.join("previous")), "one");
     }
 
     #[test]
@@ -395,6 +528,145 @@ mod tests {
             .unwrap();
         assert!(matches!(stage(&src, &root), Err(BuildError::WrongTarget { .. })));
         assert!(!root.exists());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_build_that_does_not_start_is_refused_and_nothing_is_switched_or_left_behind() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("root");
+        fake_build(&t.path().join("a"), "1.0.0", "one");
+        stage(&t.path().join("a"), &root).unwrap();
+        let bad = t.path().join("b");
+        fake_build(&bad, "1.1.0", "two");
+        fs::write(bad.join(EXE), "#!/bin/sh\necho 'GLIBC_2.99 not found' >&2\nexit 127\n").unwrap();
+        let Err(BuildError::DoesNotStart(e)) = stage_update(&bad, &root) else { panic!("staged") };
+        assert!(e.why.contains("exit code 127") && e.stderr.contains("GLIBC_2.99"), "{e}");
+        assert_eq!(marker(&root.join("current")), "one");
+        assert!(!root.join("previous").exists());
+        assert_eq!(entries(&root.join("versions")), ["1.0.0"], "no copy is left");
+
+        // A build that prints another version than it claims does not start either.
+        fake_build(&bad, "1.1.0", "two");
+        fs::write(bad.join(EXE), "#!/bin/sh\necho gm 1.0.0\n").unwrap();
+        assert!(matches!(stage_update(&bad, &root), Err(BuildError::DoesNotStart(_))));
+        assert_eq!(entries(&root.join("versions")), ["1.0.0"]);
+    }
+
+    #[test]
+    fn the_updater_never_moves_current_to_a_lower_version_but_a_user_may() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("root");
+        fake_build(&t.path().join("new"), "0.4.0", "new");
+        fake_build(&t.path().join("old"), "0.3.0", "old");
+        stage(&t.path().join("new"), &root).unwrap();
+        let r = stage_update(&t.path().join("old"), &root);
+        assert!(
+            matches!(&r, Err(BuildError::OlderThanCurrent { version, current }) if version == "0.3.0" && current == "0.4.0"),
+            "{r:?}"
+        );
+        assert_eq!(current_version(&root).as_deref(), Some("0.4.0"));
+        assert_eq!(entries(&root.join("versions")), ["0.4.0"]);
+        // `gm install --local` of an older build: the user asked for it.
+        stage(&t.path().join("old"), &root).unwrap();
+        assert_eq!(current_version(&root).as_deref(), Some("0.3.0"));
+        assert_eq!(previous_version(&root).as_deref(), Some("0.4.0"));
+        // Versions compare as numbers: 0.10.0 is newer than 0.9.0.
+        fake_build(&t.path().join("ten"), "0.10.0", "ten");
+        stage_update(&t.path().join("ten"), &root).unwrap();
+        assert_eq!(current_version(&root).as_deref(), Some("0.10.0"));
+    }
+
+    #[test]
+    fn rolling_back_points_current_at_previous_and_forgets_previous() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("root");
+        assert!(matches!(roll_back(&root), Err(BuildError::NoPrevious(_))), "nothing to go back to");
+        fake_build(&t.path().join("a"), "1.0.0", "one");
+        fake_build(&t.path().join("b"), "1.1.0", "two");
+        stage(&t.path().join("a"), &root).unwrap();
+        assert!(matches!(roll_back(&root), Err(BuildError::NoPrevious(_))), "a first build has no previous");
+        stage(&t.path().join("b"), &root).unwrap();
+        let back = roll_back(&root).unwrap();
+        assert_eq!(back, RolledBack { from: Some("1.1.0".into()), to: "1.0.0".into() });
+        assert_eq!(marker(&root.join("current")), "one");
+        assert!(fs::symlink_metadata(root.join("previous")).is_err(), "previous is gone");
+        assert!(matches!(roll_back(&root), Err(BuildError::NoPrevious(_))), "and cannot be gone back to twice");
+        assert!(root.join("versions/1.1.0").is_dir(), "the failed build stays until it is pruned");
+    }
+
+    #[test]
+    fn a_previous_build_whose_folder_is_gone_is_not_rolled_back_to() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("root");
+        fake_build(&t.path().join("a"), "1.0.0", "one");
+        fake_build(&t.path().join("b"), "1.1.0", "two");
+        stage(&t.path().join("a"), &root).unwrap();
+        stage(&t.path().join("b"), &root).unwrap();
+        fs::remove_dir_all(root.join("versions/1.0.0")).unwrap();
+        assert!(matches!(roll_back(&root), Err(BuildError::NoPrevious(_))));
+        assert_eq!(current_version(&root).as_deref(), Some("1.1.0"), "current stays");
+    }
+
+    #[test]
+    fn staging_waits_for_the_lock_another_holder_has() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("root");
+        fake_build(&t.path().join("a"), "1.0.0", "one");
+        let held = lock(&root).unwrap();
+        let (src, r) = (t.path().join("a"), root.clone());
+        let (done_tx, done) = std::sync::mpsc::channel();
+        let staging = std::thread::spawn(move || {
+            let out = stage(&src, &r);
+            let _ = done_tx.send(());
+            out
+        });
+        assert!(done.recv_timeout(std::time::Duration::from_millis(300)).is_err(), "staged while the lock was held");
+        assert!(!root.join("current").exists());
+        drop(held);
+        done.recv_timeout(std::time::Duration::from_secs(30)).expect("staged once the lock was free");
+        staging.join().unwrap().unwrap();
+        assert_eq!(marker(&root.join("current")), "one");
+    }
+
+    #[test]
+    fn two_stagings_at_once_both_succeed_and_leave_nothing_behind() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("root");
+        for (name, version) in [("a", "1.0.0"), ("b", "1.1.0")] {
+            fake_build(&t.path().join(name), version, name);
+        }
+        for _ in 0..5 {
+            let threads: Vec<_> = ["a", "b", "a", "b"]
+                .into_iter()
+                .map(|name| {
+                    let (src, root) = (t.path().join(name), root.clone());
+                    std::thread::spawn(move || stage(&src, &root))
+                })
+                .collect();
+            for th in threads {
+                th.join().unwrap().unwrap();
+            }
+            assert_eq!(entries(&root.join("versions")), ["1.0.0", "1.1.0"]);
+            assert!(["a", "b"].contains(&marker(&root.join("current")).as_str()));
+        }
+    }
+
+    #[test]
+    fn copies_left_by_a_dead_staging_process_are_removed_and_a_live_ones_kept() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("root");
+        let versions = root.join("versions");
+        // No process has pid 2^31-2 (pids stay below 2^22 on Linux); pid 1 is always alive.
+        let dead = versions.join(format!("{STAGING}-{}-5", i32::MAX - 1));
+        let live = versions.join(format!("{STAGING}-1-5"));
+        for d in [&dead, &live] {
+            fs::create_dir_all(d.join("skills")).unwrap();
+        }
+        fake_build(&t.path().join("a"), "1.0.0", "one");
+        stage(&t.path().join("a"), &root).unwrap();
+        assert!(!dead.exists(), "a dead process's copy is removed");
+        assert!(live.exists(), "a live process's copy is left alone");
     }
 
     #[test]
