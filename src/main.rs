@@ -134,7 +134,11 @@ fn cli() -> Command {
                     .value_parser(value_parser!(PathBuf))
                     .default_value(gm::dist::DEFAULT_OUT)
                     .help("Where the archive, the debug info and manifest.json go"),
-            ),
+            )
+            .arg(file_arg(
+                "sign",
+                "Sign the archive with this minisign secret key (an encrypted one takes its password from $GMNEW_SIGN_PASSWORD): <archive>.minisig and the manifest entry's signature",
+            )),
     );
     for v in verbs::registry() {
         cmd = cmd.subcommand(
@@ -213,7 +217,8 @@ fn main() -> ExitCode {
         return report(name, gm::install::uninstall(path("config").as_deref()));
     }
     if name == "dist" {
-        return report(name, gm::dist::dist(&path("out").unwrap_or_else(|| PathBuf::from(gm::dist::DEFAULT_OUT))));
+        let out = path("out").unwrap_or_else(|| PathBuf::from(gm::dist::DEFAULT_OUT));
+        return report(name, gm::dist::dist(&out, path("sign").as_deref()));
     }
     if name == "docs" {
         let table = sub.get_one::<String>("table").and_then(|t| gm::docs::table(t));

