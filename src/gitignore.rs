@@ -71,6 +71,16 @@ pub fn ensure(workspace: &Path, lines: &[&str]) -> std::io::Result<Outcome> {
     Ok(Outcome::Added(missing))
 }
 
+/// [`ignore_own_folder`] at gm's start: the `gitignore` event's fields when it wrote the file
+/// or could not.
+pub fn own_folder_event(state_dir: &Path) -> Option<serde_json::Value> {
+    match ignore_own_folder(state_dir) {
+        Ok(OwnFolder::Created) => Some(serde_json::json!({ "file": ".gm/.gitignore", "state": "created" })),
+        Ok(_) => None,
+        Err(e) => Some(serde_json::json!({ "file": ".gm/.gitignore", "state": "failed", "error": e.to_string() })),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

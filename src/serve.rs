@@ -190,15 +190,8 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
                 json!({ "state": "unreadable", "error": why, "then": "a new run started" }),
             ));
         }
-        match gitignore::ignore_own_folder(&state_dir) {
-            Ok(gitignore::OwnFolder::Created) => {
-                log.do_send(Event::new("gitignore", json!({ "file": ".gm/.gitignore", "state": "created" })));
-            }
-            Ok(_) => {}
-            Err(e) => log.do_send(Event::new(
-                "gitignore",
-                json!({ "file": ".gm/.gitignore", "state": "failed", "error": e.to_string() }),
-            )),
+        if let Some(fields) = gitignore::own_folder_event(&state_dir) {
+            log.do_send(Event::new("gitignore", fields));
         }
         // Jobs started by an earlier gm: adopted if still running, settled if they ended.
         for event in jobs.send(TakeStartupEvents).await.unwrap_or_default() {
