@@ -261,11 +261,22 @@ impl Children {
         if let Some(tool) = self.find(name) {
             return Some(tool);
         }
-        let pending = self.waiting_for(name)?;
-        if self.is_approved(&pending) != Ok(true) {
-            return None;
+        if let Some(pending) = self.waiting_for(name) {
+            if self.is_approved(&pending) != Ok(true) {
+                return None;
+            }
+            self.start_approved(&pending.name, "approved with gm trust").await;
+            return self.find(name);
         }
-        self.start_approved(&pending.name, "approved with gm trust").await;
+        // A server approved moments ago (by another call) may still be starting.
+        let starting = {
+            let servers = lock(&self.servers);
+            servers
+                .iter()
+                .find(|(server, s)| !s.settled && name.starts_with(&format!("{}_", js_name(server))))
+                .map(|(n, _)| n.clone())
+        };
+        self.settled(&starting?).await;
         self.find(name)
     }
 

@@ -140,14 +140,16 @@ fn a_workspace_server_runs_nothing_until_approved_then_starts_at_the_next_call()
         assert_eq!(mode & 0o777, 0o600);
     }
 
-    // The running gm starts it at its next call: approved in trust.json since.
-    let r = gm
-        .js("const e = await gm.evil_echo({ x: 1 }); const t = await gm.evil_env({ name: 'TOKEN' }); return { e, t };");
+    // The running gm starts it at its next call: approved in trust.json since. Two calls at
+    // once: one starts it, the other waits for that start.
+    let r = gm.js("const [e, e2] = await Promise.all([gm.evil_echo({ x: 1 }), gm.evil_echo({ x: 2 })]);
+         const t = await gm.evil_env({ name: 'TOKEN' }); return { e, e2, t };");
     assert_eq!(r["e"]["structuredContent"]["echo"], json!({ "x": 1 }), "{r}");
+    assert_eq!(r["e2"]["structuredContent"]["echo"], json!({ "x": 2 }), "{r}");
     assert!(r["t"].to_string().contains(SECRET), "${{NAME}} is expanded once approved: {r}");
     assert_eq!(std::fs::read_to_string(repo.marker()).expect("marker").trim(), "started");
     let events = server_events(&mut gm, "evil");
-    assert!(events.iter().any(|e| e["state"] == "approved"), "{events:?}");
+    assert_eq!(events.iter().filter(|e| e["state"] == "approved").count(), 1, "started once: {events:?}");
     assert!(events.iter().any(|e| e["state"] == "ready"), "{events:?}");
     gm.close_stdin();
     gm.wait_exit(common::TIMEOUT).expect("gm exits");
