@@ -142,20 +142,31 @@ pub struct Staged {
 /// `skills/` and `defaults/` are found one or two levels up, as gm finds them at run time) to
 /// `<root>/versions/<version>/` and points `<root>/current` at it, keeping the build it
 /// pointed at as `<root>/previous`. Staging the build that is already current changes nothing.
-/// The build must start (`gm --version` names its version) before current moves; one that
-/// does not leaves nothing behind. Any version may be staged: this is `gm install --local`,
-/// a user's choice (the Updater stages with [`stage_update`]).
+/// The build must start (its `gm --version` exits 0 within 10 s) before current moves; one
+/// that does not leaves nothing behind. Any version may be staged: this is
+/// `gm install --local`, the user's choice (the Updater stages with [`stage_update`]).
 pub fn stage(src: &Path, root: &Path) -> Result<Staged, BuildError> {
     stage_with(src, root, false)
 }
 
-/// [`stage`] for the Updater: a version lower than the one `current` points at is refused
-/// (`OlderThanCurrent`), whatever the running binary is.
+/// [`stage`] for the Updater, stricter: the build's `gm --version` must name the version it
+/// claims (the manifest's, which its `build.json` was checked against), and a version lower
+/// than the one `current` points at is refused (`OlderThanCurrent`), whatever the running
+/// binary is.
 pub fn stage_update(src: &Path, root: &Path) -> Result<Staged, BuildError> {
     stage_with(src, root, true)
 }
 
-fn stage_with(src: &Path, root: &Path, refuse_older: bool) -> Result<Staged, BuildError> {
+/// Whether the build's binary starts: for the Updater it must also name `version`.
+fn check_starts(exe: &Path, version: &str, for_updater: bool) -> Result<(), DoesNotStart> {
+    if for_updater {
+        starts::check(exe, version, starts::START_TIMEOUT)
+    } else {
+        starts::version_output(exe, starts::START_TIMEOUT).map(drop)
+    }
+}
+
+fn stage_with(src: &Path, root: &Path, for_updater: bool) -> Result<Staged, BuildError> {
     let exe = src.join(EXE);
     if !exe.is_file() {
         return Err(BuildError::NoBinary(src.to_path_buf()));
@@ -173,7 +184,7 @@ fn stage_with(src: &Path, root: &Path, refuse_older: bool) -> Result<Staged, Bui
     fs::create_dir_all(&versions).map_err(io_err(&versions))?;
     let _lock = lock(root)?;
     remove_leftovers(&versions);
-    if refuse_older {
+    if for_updater {
         if let Some(current) = current_version(root).filter(|c| is_older(&version, c)) {
             return Err(BuildError::OlderThanCurrent { version, current });
         }
@@ -187,7 +198,7 @@ fn stage_with(src: &Path, root: &Path, refuse_older: bool) -> Result<Staged, Bui
     if !(dest.is_dir() && same_tree(&files, &dest)?) {
         let tmp = unique_path(&versions, STAGING);
         copy_build(&files, &tmp)?;
-        if let Err(e) = starts::check(&tmp.join(EXE), &version, starts::START_TIMEOUT) {
+        if let Err(e) = check_starts(&tmp.join(EXE), &version, for_updater) {
             let _ = fs::remove_dir_all(&tmp);
             return Err(e.into());
         }
@@ -202,7 +213,7 @@ fn stage_with(src: &Path, root: &Path, refuse_older: bool) -> Result<Staged, Bui
         changed = true;
     } else if pointed.as_deref() != Some(target.as_path()) {
         // Staged before (it may be `previous`): it must still start before it is current again.
-        starts::check(&dest.join(EXE), &version, starts::START_TIMEOUT)?;
+        check_starts(&dest.join(EXE), &version, for_updater)?;
     }
 
     if pointed.as_deref() != Some(target.as_path()) {
@@ -546,11 +557,18 @@ mod tests {
         assert!(!root.join("previous").exists());
         assert_eq!(entries(&root.join("versions")), ["1.0.0"], "no copy is left");
 
-        // A build that prints another version than it claims does not start either.
+        fake_build(&bad, "1.1.0", "two");
+        fs::write(bad.join(EXE), "#!/bin/sh\nexit 127\n").unwrap();
+        assert!(matches!(stage(&bad, &root), Err(BuildError::DoesNotStart(_))), "gm install --local checks it too");
+
+        // For the Updater, a build that prints another version than it claims does not start
+        // either; a user's own build (gm install --local) only has to start.
         fake_build(&bad, "1.1.0", "two");
         fs::write(bad.join(EXE), "#!/bin/sh\necho gm 1.0.0\n").unwrap();
         assert!(matches!(stage_update(&bad, &root), Err(BuildError::DoesNotStart(_))));
         assert_eq!(entries(&root.join("versions")), ["1.0.0"]);
+        stage(&bad, &root).unwrap();
+        assert_eq!(current_version(&root).as_deref(), Some("1.1.0"));
     }
 
     #[test]
