@@ -487,8 +487,9 @@ impl Children {
     pub fn why_missing(&self, name: &str) -> Option<VerbError> {
         if let Some(p) = self.waiting_for(name) {
             let message = format!(
-                "{} is a server of this workspace's .gm/mcp.json that you have not approved, so gm has not started it \
-                 (it would run: {} in {}). Approve it in a terminal with `{}`, which shows the whole entry; then call again.",
+                "{} is a server of this workspace's .gm/mcp.json that the user has not approved, so gm has not started it \
+                 (it would run: {} in {}). Only the user can approve it: ask them to run `{}` in a terminal, which shows \
+                 the whole entry and asks; then call again.",
                 p.name,
                 p.command_line,
                 p.cwd,

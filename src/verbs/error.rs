@@ -66,7 +66,7 @@ pub const ERROR_CODES: &[(&str, &str)] = &[
     ("duplicate_job", "A job by that name is still running; stop it or choose another name."),
     ("cancelled", "The call was cancelled (`notifications/cancelled`, or the end of the run_code body that made it)."),
     ("unknown_verb", "No verb by that name; `gm.verbs()` lists them."),
-    ("untrusted", "The tool belongs to a server of the workspace's `.gm/mcp.json` that the user has not approved, so it was not started. `server` has its command line, cwd and environment names. Approve it in a terminal with `gm trust --workspace DIR` (it shows the whole entry and asks), then call again; any change to the entry needs approval again."),
+    ("untrusted", "The tool belongs to a server of the workspace's `.gm/mcp.json` that the user has not approved, so it was not started. `server` has its command line, cwd and environment names. Only the user can approve it: ask them to run `gm trust --workspace DIR` in a terminal (it shows the whole entry and asks), then call again; any change to the entry needs approval again."),
     ("tool_error", "A child MCP server's tool answered with `isError: true`; its whole result is under `result`, its text in the message."),
     ("internal", "A bug in gm (a verb that panicked, an actor that is gone). The server keeps running; the message says what failed."),
     ("skill_not_read", "run_code is closed until this connection has read `skill://gm/SKILL.md` with resources/read; the error names the call to make."),
