@@ -5,6 +5,11 @@
 //! This module keeps what the rest of gm asks of them: whether they have all settled (started
 //! or failed, which run_code and tools/list wait for), the tools they offer under their gm
 //! names, and a call, which goes straight to the server's connection from the calling thread.
+//!
+//! A server the workspace's `.gm/mcp.json` names starts only once the user approved that exact
+//! entry (`crate::trust`). Until then it waits, unstarted and unexpanded: an `mcp-server` event
+//! `untrusted` shows what it would run, a body's call to it fails `untrusted`, and it starts at
+//! the first call after `gm trust` approved it, or when [`Children::approve`] is called.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -22,7 +27,8 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 
 use crate::gitignore;
-use crate::mcp_config::{self, Config, NotStarted, Resolved};
+use crate::mcp_config::{self, Config, Named, NotStarted, Resolved};
+use crate::trust::{self, Pending, TrustError, TrustStore};
 use crate::verbs::{self, VerbError};
 
 /// A tool of a child server, under the name a body calls it by.
@@ -47,6 +53,19 @@ struct Server {
     ignored: bool,
 }
 
+/// A workspace server that waits for the user's approval: not started, nothing expanded.
+struct Waiting {
+    named: Named,
+    pending: Pending,
+}
+
+/// How a server approved at run time is started: on gm's main arbiter, reporting to the hub.
+struct Launcher {
+    arbiter: ArbiterHandle,
+    events: Recipient<ClientEvent>,
+    depth: u32,
+}
+
 pub struct Children {
     workspace: PathBuf,
     log: Option<Addr<LogWriter>>,
@@ -55,6 +74,22 @@ pub struct Children {
     unsettled: watch::Sender<usize>,
     /// Tools last reported as skipped, so each skip is logged once.
     skipped: Mutex<Vec<String>>,
+    /// Workspace servers not approved yet, by name.
+    waiting: Mutex<HashMap<String, Waiting>>,
+    /// Where approvals are kept; why not, when there is no home.
+    store: Result<TrustStore, String>,
+    launcher: Option<Launcher>,
+}
+
+/// Why [`Children::approve`] did not start a server.
+#[derive(Debug, thiserror::Error)]
+pub enum ApproveError {
+    #[error("{0} is not a workspace server waiting for approval")]
+    NotWaiting(String),
+    #[error("the approval could not be recorded: {0}")]
+    Trust(#[from] TrustError),
+    #[error("{0}")]
+    NoStore(String),
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -70,23 +105,46 @@ impl Children {
             servers: Mutex::default(),
             unsettled: watch::Sender::new(0),
             skipped: Mutex::default(),
+            waiting: Mutex::default(),
+            store: Err("the one-shot CLI starts no child servers".into()),
+            launcher: None,
         })
     }
 
     /// Starts every server the config names, in parallel, without waiting for any; logs why
-    /// each one that is not started is not. Call inside the actix system.
+    /// each one that is not started is not. A workspace server that is not approved waits.
+    /// Call inside the actix system (on gm's main arbiter).
     pub fn start(config: &Config, workspace: &Path, log: Addr<LogWriter>, depth: u32) -> Arc<Self> {
-        let children = Arc::new(Self {
+        Self::start_with(config, workspace, log, depth, TrustStore::from_home().map_err(|e| e.to_string()))
+    }
+
+    /// [`Children::start`] with approvals kept in `store`.
+    pub fn start_with(
+        config: &Config,
+        workspace: &Path,
+        log: Addr<LogWriter>,
+        depth: u32,
+        store: Result<TrustStore, String>,
+    ) -> Arc<Self> {
+        for p in &config.problems {
+            log.do_send(Event::new("mcp-config", json!({ "file": p.file, "problem": p.why })));
+        }
+        let at_depth_limit = depth >= mcp_config::MAX_DEPTH;
+        let children = Arc::new_cyclic(|me| Self {
             workspace: workspace.to_owned(),
             log: Some(log.clone()),
             servers: Mutex::default(),
             unsettled: watch::Sender::new(0),
             skipped: Mutex::default(),
+            waiting: Mutex::default(),
+            store,
+            launcher: (!at_depth_limit).then(|| Launcher {
+                arbiter: Arbiter::current(),
+                events: ChildEvents { children: me.clone() }.start().recipient(),
+                depth,
+            }),
         });
-        for p in &config.problems {
-            log.do_send(Event::new("mcp-config", json!({ "file": p.file, "problem": p.why })));
-        }
-        if depth >= mcp_config::MAX_DEPTH {
+        if at_depth_limit {
             if config.servers.iter().any(|s| !s.entry.disabled) {
                 log.do_send(Event::new(
                     "mcp-config",
@@ -95,44 +153,151 @@ impl Children {
             }
             return children;
         }
-        let events = ChildEvents { children: Arc::downgrade(&children) }.start().recipient();
-        let env = |name: &str| std::env::var(name).ok();
-        let mut servers = HashMap::new();
         for named in &config.servers {
-            match mcp_config::resolve(named, workspace, &env, depth) {
-                Ok(spec) => {
-                    let launch = Launch {
-                        command: spec.command.clone(),
-                        args: spec.args.clone(),
-                        env: spec.env.clone(),
-                        cwd: spec.cwd.clone(),
-                    };
-                    let server_spec =
-                        ServerSpec { name: spec.name.clone(), launch, startup_timeout: spec.startup_timeout };
-                    let client = McpClient::new(server_spec, events.clone()).start();
-                    // Start it now: initialize is not delayed, tools/list and run_code wait.
-                    client.do_send(Connect);
-                    servers.insert(
-                        spec.name.clone(),
-                        Server { spec, client, session: None, failure: None, settled: false, ignored: false },
-                    );
-                }
-                Err(why) => {
-                    let state = match why {
-                        NotStarted::Disabled => "disabled",
-                        NotStarted::Remote(_) => "refused",
-                        _ => "failed",
-                    };
-                    log.do_send(Event::new(
-                        "mcp-server",
-                        json!({ "name": named.name, "state": state, "why": why.to_string(), "from": named.from }),
-                    ));
+            if trust::needs_consent(named) {
+                let pending = trust::Pending::of(named, workspace);
+                match children.is_approved(&pending) {
+                    Ok(true) => {}
+                    not => {
+                        children.log_untrusted(&pending, not.err());
+                        lock(&children.waiting).insert(named.name.clone(), Waiting { named: named.clone(), pending });
+                        continue;
+                    }
                 }
             }
+            children.launch(named);
         }
-        children.unsettled.send_replace(servers.len());
-        *lock(&children.servers) = servers;
         children
+    }
+
+    /// Whether the user approved this exact entry (read from the store each time: `gm trust`
+    /// may have approved it since).
+    fn is_approved(&self, pending: &Pending) -> Result<bool, String> {
+        let store = self.store.as_ref().map_err(Clone::clone)?;
+        store.approved(&self.workspace, &pending.name, &pending.sha256).map_err(|e| e.to_string())
+    }
+
+    fn log_untrusted(&self, p: &Pending, problem: Option<String>) {
+        let mut fields = json!({
+            "name": p.name, "state": "untrusted", "from": p.from,
+            "commandLine": p.command_line, "command": p.command, "args": p.args, "cwd": p.cwd, "envNames": p.env_names,
+            "why": "a server of the workspace's .gm/mcp.json starts only once you approved this exact entry",
+            "approve": trust::how_to_approve(&self.workspace),
+        });
+        if let (Some(problem), Some(f)) = (problem, fields.as_object_mut()) {
+            f.insert("trustProblem".into(), json!(problem));
+        }
+        self.log("mcp-server", fields);
+    }
+
+    /// Resolves an entry (its `${NAME}`s from gm's environment) and starts its server, or logs
+    /// why it is not started.
+    fn launch(self: &Arc<Self>, named: &Named) {
+        let Some(launcher) = &self.launcher else { return };
+        let env = |name: &str| std::env::var(name).ok();
+        let spec = match mcp_config::resolve(named, &self.workspace, &env, launcher.depth) {
+            Ok(spec) => spec,
+            Err(why) => {
+                let state = match why {
+                    NotStarted::Disabled => "disabled",
+                    NotStarted::Remote(_) => "refused",
+                    _ => "failed",
+                };
+                self.log(
+                    "mcp-server",
+                    json!({ "name": named.name, "state": state, "why": why.to_string(), "from": named.from }),
+                );
+                return;
+            }
+        };
+        let launch = Launch {
+            command: spec.command.clone(),
+            args: spec.args.clone(),
+            env: spec.env.clone(),
+            cwd: spec.cwd.clone(),
+        };
+        let server_spec = ServerSpec { name: spec.name.clone(), launch, startup_timeout: spec.startup_timeout };
+        let events = launcher.events.clone();
+        let client = McpClient::start_in_arbiter(&launcher.arbiter, move |_| McpClient::new(server_spec, events));
+        self.unsettled.send_modify(|n| *n += 1);
+        lock(&self.servers).insert(
+            spec.name.clone(),
+            Server { spec, client: client.clone(), session: None, failure: None, settled: false, ignored: false },
+        );
+        // Start it now: initialize is not delayed, tools/list and run_code wait.
+        client.do_send(Connect);
+    }
+
+    /// The workspace servers waiting for the user's approval, with what each would run.
+    pub fn pending(&self) -> Vec<Pending> {
+        let mut all: Vec<Pending> = lock(&self.waiting).values().map(|w| w.pending.clone()).collect();
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        all
+    }
+
+    /// The waiting server a body's `gm.<name>` would reach, if any.
+    pub fn waiting_for(&self, name: &str) -> Option<Pending> {
+        let waiting = lock(&self.waiting);
+        waiting.values().find(|w| name.starts_with(&format!("{}_", js_name(&w.named.name)))).map(|w| w.pending.clone())
+    }
+
+    /// Approves a waiting server (recorded in `~/.gmnew/trust.json`, as `gm trust` does), starts
+    /// it and waits until it has started or failed. For the server, once the user said yes
+    /// through the host (elicitation). Call from any thread.
+    pub async fn approve(self: &Arc<Self>, server: &str) -> Result<(), ApproveError> {
+        let pending = lock(&self.waiting)
+            .get(server)
+            .map(|w| w.pending.clone())
+            .ok_or_else(|| ApproveError::NotWaiting(server.to_owned()))?;
+        let store = self.store.as_ref().map_err(|e| ApproveError::NoStore(e.clone()))?;
+        store.approve(&self.workspace, &pending)?;
+        self.start_approved(server, "approved").await;
+        Ok(())
+    }
+
+    /// The tool a body calls as `gm.<name>`: a started server's, or one of a waiting server
+    /// the user approved since (with `gm trust`), which is started first.
+    pub async fn find_or_start(self: &Arc<Self>, name: &str) -> Option<ChildTool> {
+        if let Some(tool) = self.find(name) {
+            return Some(tool);
+        }
+        if let Some(pending) = self.waiting_for(name) {
+            if self.is_approved(&pending) != Ok(true) {
+                return None;
+            }
+            self.start_approved(&pending.name, "approved with gm trust").await;
+            return self.find(name);
+        }
+        // A server approved moments ago (by another call) may still be starting.
+        let starting = {
+            let servers = lock(&self.servers);
+            servers
+                .iter()
+                .find(|(server, s)| !s.settled && name.starts_with(&format!("{}_", js_name(server))))
+                .map(|(n, _)| n.clone())
+        };
+        self.settled(&starting?).await;
+        self.find(name)
+    }
+
+    /// Moves a waiting server to the started ones and waits until it settles.
+    async fn start_approved(self: &Arc<Self>, server: &str, how: &str) {
+        let Some(waiting) = lock(&self.waiting).remove(server) else {
+            // Another call started it meanwhile.
+            return self.settled(server).await;
+        };
+        self.log(
+            "mcp-server",
+            json!({ "name": server, "state": "approved", "how": how, "sha256": waiting.pending.sha256 }),
+        );
+        self.launch(&waiting.named);
+        self.settled(server).await;
+    }
+
+    /// Waits until `server` has started or failed (at once when it is not a started server).
+    pub async fn settled(&self, server: &str) {
+        let mut rx = self.unsettled.subscribe();
+        let _ = rx.wait_for(|_| lock(&self.servers).get(server).is_none_or(|s| s.settled)).await;
     }
 
     fn log(&self, kind: &str, fields: Value) {
@@ -316,15 +481,32 @@ impl Children {
         }
     }
 
-    /// Why `gm.<name>` is not a tool of a child: the server it would belong to did not start
-    /// (with every attempt's cause), or `None` when no server's name prefixes it.
-    pub fn why_missing(&self, name: &str) -> Option<String> {
+    /// Why `gm.<name>` is not a tool of a child: the server it would belong to waits for
+    /// approval (`untrusted`), or did not start (`unavailable`, with every attempt's cause), or
+    /// `None` when no server's name prefixes it.
+    pub fn why_missing(&self, name: &str) -> Option<VerbError> {
+        if let Some(p) = self.waiting_for(name) {
+            let message = format!(
+                "{} is a server of this workspace's .gm/mcp.json that the user has not approved, so gm has not started it \
+                 (it would run: {} in {}). Only the user can approve it: ask them to run `{}` in a terminal, which shows \
+                 the whole entry and asks; then call again.",
+                p.name,
+                p.command_line,
+                p.cwd,
+                trust::how_to_approve(&self.workspace)
+            );
+            let server = json!({
+                "name": p.name, "commandLine": p.command_line, "command": p.command, "args": p.args, "cwd": p.cwd,
+                "envNames": p.env_names, "approve": trust::how_to_approve(&self.workspace),
+            });
+            return Some(VerbError::Untrusted { message, server });
+        }
         let servers = lock(&self.servers);
         let (server, s) = servers.iter().find(|(server, _)| name.starts_with(&format!("{}_", js_name(server))))?;
-        Some(match &s.failure {
+        Some(VerbError::Unavailable(match &s.failure {
             Some(f) => failure_message(f),
             None => format!("{server} has no tool for gm.{name}; gm.verbs() lists its tools"),
-        })
+        }))
     }
 }
 

@@ -1,7 +1,38 @@
-//! Adds lines to a workspace's `.gitignore`: existing lines and their line endings are kept,
-//! nothing is removed, and a line already there is not added again.
+//! Git and gm's files. gm's own folder ignores itself: `.gm/.gitignore` holds `*` (as Python's
+//! virtual environments and pytest's cache do), so the workspace's tracked `.gitignore` is never
+//! changed for gm. A child server's `ignore` lines are the one thing gm adds to the workspace's
+//! `.gitignore`: existing lines and their line endings are kept, nothing is removed, and a line
+//! already there is not added again.
 
 use std::path::Path;
+
+/// What `.gm/.gitignore` holds: everything in the folder, the file itself included.
+pub const OWN_FOLDER_RULE: &str = "*\n";
+
+/// Whether [`ignore_own_folder`] wrote the file.
+#[derive(Debug, PartialEq)]
+pub enum OwnFolder {
+    Created,
+    /// A `.gitignore` is there already (gm's, or one the user wrote to share part of the
+    /// folder); it is left as it is.
+    AlreadyThere,
+    /// There is no state folder yet; nothing was written.
+    NoFolder,
+}
+
+/// Gives gm's state folder (`<workspace>/.gm`) a `.gitignore` that ignores the whole folder,
+/// unless it has one. Written whole through a temporary file, so a reader never sees half.
+pub fn ignore_own_folder(state_dir: &Path) -> std::io::Result<OwnFolder> {
+    if !state_dir.is_dir() {
+        return Ok(OwnFolder::NoFolder);
+    }
+    let path = state_dir.join(".gitignore");
+    if std::fs::symlink_metadata(&path).is_ok() {
+        return Ok(OwnFolder::AlreadyThere);
+    }
+    gm_actors::fs::replace(&path, OWN_FOLDER_RULE.as_bytes())?;
+    Ok(OwnFolder::Created)
+}
 
 #[derive(Debug, PartialEq)]
 pub enum Outcome {
@@ -40,9 +71,34 @@ pub fn ensure(workspace: &Path, lines: &[&str]) -> std::io::Result<Outcome> {
     Ok(Outcome::Added(missing))
 }
 
+/// [`ignore_own_folder`] at gm's start: the `gitignore` event's fields when it wrote the file
+/// or could not.
+pub fn own_folder_event(state_dir: &Path) -> Option<serde_json::Value> {
+    match ignore_own_folder(state_dir) {
+        Ok(OwnFolder::Created) => Some(serde_json::json!({ "file": ".gm/.gitignore", "state": "created" })),
+        Ok(_) => None,
+        Err(e) => Some(serde_json::json!({ "file": ".gm/.gitignore", "state": "failed", "error": e.to_string() })),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_state_folder_gets_a_gitignore_of_its_own_once_and_a_users_is_kept() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let state = dir.path().join(".gm");
+        assert_eq!(ignore_own_folder(&state).expect("no folder"), OwnFolder::NoFolder);
+        assert!(!state.exists(), "the folder is not made here");
+        std::fs::create_dir(&state).expect("mkdir");
+        assert_eq!(ignore_own_folder(&state).expect("create"), OwnFolder::Created);
+        assert_eq!(std::fs::read_to_string(state.join(".gitignore")).expect("read"), "*\n");
+        std::fs::write(state.join(".gitignore"), "*\n!wiki/\n").expect("the user's own");
+        assert_eq!(ignore_own_folder(&state).expect("again"), OwnFolder::AlreadyThere);
+        assert_eq!(std::fs::read_to_string(state.join(".gitignore")).expect("read"), "*\n!wiki/\n");
+        assert!(!dir.path().join(".gitignore").exists(), "the workspace's .gitignore is not touched");
+    }
 
     #[test]
     fn appends_missing_lines_keeping_crlf_and_existing_text() {

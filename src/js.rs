@@ -89,7 +89,7 @@ impl JsHost for Host {
         // waiting for it, but the call still ends (a cancellable one at once) and is logged.
         let task = tokio::spawn(async move {
             let started = Instant::now();
-            let child = if verbs::find(&name).is_some() { None } else { ctx.children.find(&name) };
+            let child = if verbs::find(&name).is_some() { None } else { ctx.children.find_or_start(&name).await };
             let (result, in_flight) = match &child {
                 None => {
                     let called = verbs::call(ctx.clone(), &name, &args).await;
@@ -98,11 +98,9 @@ impl JsHost for Host {
                 Some(tool) => call_child(&ctx, tool, &args).await,
             };
             let result = result.map_err(|e| match e {
-                // A name no verb or tool has may belong to a child server that did not start.
-                VerbError::UnknownVerb(_) => match ctx.children.why_missing(&name) {
-                    Some(why) => VerbError::Unavailable(why).to_json(),
-                    None => e.to_json(),
-                },
+                // A name no verb or tool has may belong to a child server that did not start,
+                // or to one that waits for the user's approval.
+                VerbError::UnknownVerb(_) => ctx.children.why_missing(&name).unwrap_or(e).to_json(),
                 other => other.to_json(),
             });
             let secrets = ctx.secrets.get();

@@ -27,6 +27,7 @@ pub mod serve;
 pub mod server;
 pub mod skills;
 pub mod text;
+pub mod trust;
 pub mod update;
 pub mod verbs;
 pub mod walk;

@@ -131,6 +131,27 @@ fn cli() -> Command {
             .arg(file_arg("config", "The config file to write (default: ~/.claude.json)")),
     );
     cmd = cmd.subcommand(
+        Command::new("trust")
+            .about("Approve the servers the workspace's .gm/mcp.json names: each is shown in full and asked about (y/N) on a terminal")
+            .arg(workspace_arg())
+            .arg(Arg::new("yes").long("yes").action(ArgAction::SetTrue).help("Approve every waiting server without asking"))
+            .arg(
+                Arg::new("list")
+                    .long("list")
+                    .action(ArgAction::SetTrue)
+                    .conflicts_with_all(["yes", "revoke"])
+                    .help("List this workspace's approvals"),
+            )
+            .arg(
+                Arg::new("revoke")
+                    .long("revoke")
+                    .value_name("NAME")
+                    .num_args(0..=1)
+                    .conflicts_with("yes")
+                    .help("Remove the approval of server NAME, or every approval of this workspace"),
+            ),
+    );
+    cmd = cmd.subcommand(
         Command::new("dist")
             .about("Package this build as a release archive, with its debug info beside it and manifest.json")
             .arg(
@@ -140,7 +161,11 @@ fn cli() -> Command {
                     .value_parser(value_parser!(PathBuf))
                     .default_value(gm::dist::DEFAULT_OUT)
                     .help("Where the archive, the debug info and manifest.json go"),
-            ),
+            )
+            .arg(file_arg(
+                "sign",
+                "Sign the archive with this minisign secret key (an encrypted one takes its password from $GMNEW_SIGN_PASSWORD): <archive>.minisig and the manifest entry's signature",
+            )),
     );
     for v in verbs::registry() {
         cmd = cmd.subcommand(
@@ -229,8 +254,12 @@ fn main() -> ExitCode {
     if name == "uninstall" {
         return report(name, gm::install::uninstall(path("config").as_deref()));
     }
+    if name == "trust" {
+        return trust(sub);
+    }
     if name == "dist" {
-        return report(name, gm::dist::dist(&path("out").unwrap_or_else(|| PathBuf::from(gm::dist::DEFAULT_OUT))));
+        let out = path("out").unwrap_or_else(|| PathBuf::from(gm::dist::DEFAULT_OUT));
+        return report(name, gm::dist::dist(&out, path("sign").as_deref()));
     }
     if name == "docs" {
         let table = sub.get_one::<String>("table").and_then(|t| gm::docs::table(t));
@@ -301,6 +330,36 @@ fn status(workspace: &std::path::Path, json_out: bool) -> ExitCode {
         }
         Err(e) => {
             eprintln!("gm status: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `gm trust`: answers come from stdin only when it is a terminal.
+fn trust(m: &ArgMatches) -> ExitCode {
+    use gm::trust::cli::{self, Action};
+    use std::io::IsTerminal;
+    let action = if m.get_flag("list") {
+        Action::List
+    } else if m.contains_id("revoke") {
+        Action::Revoke(m.get_one::<String>("revoke").cloned())
+    } else {
+        Action::Approve { yes: m.get_flag("yes") }
+    };
+    let store = match gm::trust::TrustStore::from_home() {
+        Ok(store) => store,
+        Err(e) => {
+            eprintln!("gm trust: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let stdin = std::io::stdin();
+    let terminal = stdin.is_terminal();
+    let mut out = std::io::stdout();
+    match cli::run(&workspace_of(m), &action, &store, &mut stdin.lock(), terminal, &mut out) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gm trust: {e}");
             ExitCode::FAILURE
         }
     }

@@ -10,6 +10,10 @@
 //!
 //! A layer that cannot be read or parsed is a problem to log, never a crash; the other layers
 //! still apply. Only the third layer's absence stops gm (the user named it).
+//!
+//! The first and third layers are the user's (gm's own file, a file named in the host's
+//! config); the second comes with the workspace, which may be a repository anyone wrote, so
+//! its servers start only once the user approved them (`crate::trust`).
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
@@ -65,7 +69,20 @@ pub struct Entry {
 pub struct Named {
     pub name: String,
     pub entry: Entry,
+    /// The file, for the log.
     pub from: String,
+    pub layer: Layer,
+}
+
+/// The three layers, in the order they are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layer {
+    /// `defaults/mcp.json`, shipped with gm: trusted.
+    Defaults,
+    /// `.gm/mcp.json` in the workspace: started only once the user approved the entry.
+    Workspace,
+    /// The `--mcp-config` file the user named: trusted.
+    Named,
 }
 
 /// A layer that could not be used, for an `mcp-config` event.
@@ -127,30 +144,30 @@ pub fn defaults_file() -> Option<PathBuf> {
 pub fn load(workspace: &Path, named: Option<&Path>) -> Result<Config, ConfigError> {
     let mut config = Config::default();
     let defaults = match defaults_file() {
-        Some(path) => Layer::File(path),
+        Some(path) => Source::File(path),
         None => {
             config.problems.push(Problem {
                 file: "defaults/mcp.json".into(),
                 why: "not found ($GM_DEFAULTS_DIR, beside gm, or in the checkout it was built from); the copy built into gm stands in".into(),
             });
-            Layer::Embedded
+            Source::Embedded
         }
     };
-    let mut layers = vec![defaults];
+    let mut layers = vec![(defaults, Layer::Defaults)];
     let local = workspace.join(".gm/mcp.json");
     if local.exists() {
-        layers.push(Layer::File(local));
+        layers.push((Source::File(local), Layer::Workspace));
     }
     if let Some(path) = named {
         if !path.is_file() {
             return Err(ConfigError::Named { path: path.to_owned(), why: "no such file".into() });
         }
-        layers.push(Layer::File(path.to_owned()));
+        layers.push((Source::File(path.to_owned()), Layer::Named));
     }
-    for layer in layers {
-        let (label, text) = match &layer {
-            Layer::Embedded => ("defaults/mcp.json (built into gm)".to_owned(), Ok(EMBEDDED_DEFAULTS.to_owned())),
-            Layer::File(p) => (p.display().to_string(), std::fs::read_to_string(p).map_err(|e| e.to_string())),
+    for (source, layer) in layers {
+        let (label, text) = match &source {
+            Source::Embedded => ("defaults/mcp.json (built into gm)".to_owned(), Ok(EMBEDDED_DEFAULTS.to_owned())),
+            Source::File(p) => (p.display().to_string(), std::fs::read_to_string(p).map_err(|e| e.to_string())),
         };
         config.layers.push(label.clone());
         let entries = match text.and_then(|t| parse(&t)) {
@@ -164,13 +181,13 @@ pub fn load(workspace: &Path, named: Option<&Path>) -> Result<Config, ConfigErro
             // A later entry replaces an earlier one whole; `disabled` in a later layer removes
             // the server the earlier one named (it stays listed, disabled).
             config.servers.retain(|s| s.name != name);
-            config.servers.push(Named { name, entry, from: label.clone() });
+            config.servers.push(Named { name, entry, from: label.clone(), layer });
         }
     }
     Ok(config)
 }
 
-enum Layer {
+enum Source {
     Embedded,
     File(PathBuf),
 }
@@ -206,14 +223,9 @@ pub enum NotStarted {
     BadName(String),
 }
 
-/// Turns an entry into a server to start: `${NAME}` taken from `env` (gm's environment) in
-/// command, args, env and cwd; a relative cwd taken from the workspace; the budgets.
-pub fn resolve(
-    named: &Named,
-    workspace: &Path,
-    env: &dyn Fn(&str) -> Option<String>,
-    depth: u32,
-) -> Result<Resolved, NotStarted> {
+/// Why an entry would not be started whatever the environment and the user's consent: it is
+/// disabled, remote, badly named or has no command. Reads the entry as written, expands nothing.
+pub fn check_shape(named: &Named) -> Result<(), NotStarted> {
     let e = &named.entry;
     if e.disabled {
         return Err(NotStarted::Disabled);
@@ -227,8 +239,26 @@ pub fn resolve(
     if let Some(t) = e.transport.as_deref().filter(|t| *t != "stdio") {
         return Err(NotStarted::Remote(format!("a {t} transport")));
     }
+    if e.command.as_deref().is_none_or(|c| c.trim().is_empty()) {
+        return Err(NotStarted::NoCommand);
+    }
+    Ok(())
+}
+
+/// Turns an entry into a server to start: `${NAME}` taken from `env` (gm's environment) in
+/// command, args, env and cwd; a relative cwd taken from the workspace; the budgets. A
+/// workspace entry is resolved only once it was approved: its `${NAME}`s are the user's
+/// environment (API keys), not the repository's to read.
+pub fn resolve(
+    named: &Named,
+    workspace: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+    depth: u32,
+) -> Result<Resolved, NotStarted> {
+    check_shape(named)?;
+    let e = &named.entry;
     let expand = |s: &str| expand_vars(s, env);
-    let command = expand(e.command.as_deref().filter(|c| !c.trim().is_empty()).ok_or(NotStarted::NoCommand)?)?;
+    let command = expand(e.command.as_deref().unwrap_or_default())?;
     let args = e.args.iter().map(|a| expand(a)).collect::<Result<Vec<_>, _>>()?;
     let mut vars = Vec::new();
     for (k, v) in &e.env {
@@ -309,7 +339,12 @@ mod tests {
     use super::*;
 
     fn named(name: &str, json: &str) -> Named {
-        Named { name: name.into(), entry: serde_json::from_str(json).expect("entry"), from: "t".into() }
+        Named {
+            name: name.into(),
+            entry: serde_json::from_str(json).expect("entry"),
+            from: "t".into(),
+            layer: Layer::Workspace,
+        }
     }
 
     fn env(name: &str) -> Option<String> {
@@ -331,6 +366,7 @@ mod tests {
         let c = load(ws, Some(&cli)).expect("load");
         let b = c.servers.iter().find(|s| s.name == "b").expect("b");
         assert_eq!((b.entry.command.as_deref(), b.entry.args.len()), (Some("b2"), 0), "replaced whole, args too");
+        assert_eq!(b.layer, Layer::Named, "a workspace entry replaced by the named file's is the user's");
         let a = c.servers.iter().find(|s| s.name == "a").expect("a");
         assert_eq!(resolve(a, ws, &env, 0), Err(NotStarted::Disabled));
         assert!(c.problems.is_empty(), "{:?}", c.problems);

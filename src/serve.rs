@@ -39,10 +39,6 @@ pub const DEFAULT_MAX_LINE_BYTES: usize = 64 << 20;
 pub const DEFAULT_PAGE_SIZE: usize = 100;
 /// JS engine threads: a body busy in a tight loop holds one, the others keep serving.
 pub const JS_ENGINES: usize = 3;
-/// Lines gm keeps in a git workspace's .gitignore: gm's own state (the log, spilled output,
-/// the index, job files) is local, and secret values never get committed — even if a user
-/// un-ignores `.gm/` to commit the wiki, the secrets line stays.
-pub const GITIGNORE_LINES: &[&str] = &[".gm/", ".gm/secrets.env"];
 
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
@@ -219,15 +215,8 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
                 "repairedBytes": report.repaired_bytes,
             }),
         ));
-        match gitignore::ensure(&workspace, GITIGNORE_LINES) {
-            Ok(gitignore::Outcome::Added(lines)) if !lines.is_empty() => {
-                log.do_send(Event::new("gitignore", json!({ "added": lines })));
-            }
-            Ok(gitignore::Outcome::Added(_)) => {}
-            Ok(gitignore::Outcome::NotARepository) => {
-                log.do_send(Event::new("gitignore", json!({ "state": "skipped", "why": "not a git repository" })));
-            }
-            Err(e) => log.do_send(Event::new("gitignore", json!({ "state": "failed", "error": e.to_string() }))),
+        if let Some(fields) = gitignore::own_folder_event(&state_dir) {
+            log.do_send(Event::new("gitignore", fields));
         }
         // Jobs started by an earlier gm: adopted if still running, settled if they ended.
         for event in jobs.send(TakeStartupEvents).await.unwrap_or_default() {
@@ -378,10 +367,9 @@ pub fn run_verb(workspace_dir: &Path, name: &str, args: Value) -> Result<Value, 
             children: Children::none(),
         });
         let args = verbs::to_json(&args).map_err(|e| e.to_json())?;
-        verbs::call(ctx, name, &args)
-            .await
-            .result
-            .map(|json| verbs::to_value(&json))
-            .map_err(|e: VerbError| e.to_json())
+        let called = verbs::call(ctx, name, &args).await;
+        // A verb that made gm's folder (spilled output, rows, the wiki) leaves it ignoring itself.
+        let _ = gitignore::ignore_own_folder(&state_dir);
+        called.result.map(|json| verbs::to_value(&json)).map_err(|e: VerbError| e.to_json())
     })
 }

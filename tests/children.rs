@@ -28,11 +28,21 @@ fn configure(ws: &Path, servers: Value) {
     std::fs::write(ws.join(".gm/mcp.json"), json!({ "mcpServers": servers }).to_string()).expect("mcp.json");
 }
 
-/// gm serving `ws` (configured first), with the read gate open.
+/// gm serving `ws` (configured and approved first), with the read gate open.
 fn serve(ws: &Path, env: &[(&str, &str)]) -> Gm {
-    let mut gm = Gm::start_in(ws, &[], env);
+    approve(ws);
+    let home = common::trust_home();
+    let mut env = env.to_vec();
+    env.push(("HOME", home.to_str().expect("utf8")));
+    let mut gm = Gm::start_in(ws, &[], &env);
     gm.ready();
     gm
+}
+
+/// Approves the servers of `ws`'s `.gm/mcp.json`, as its user would (tests/trust.rs tests the
+/// consent itself).
+fn approve(ws: &Path) {
+    common::approve_workspace_servers(ws);
 }
 
 /// A body that must fail; returns its error.
@@ -347,8 +357,10 @@ fn three_layers_merge_a_later_entry_replacing_an_earlier_one_whole() {
     std::fs::write(&named, json!({ "mcpServers": { "b": entry(&["--name", "b-named"], json!({})) } }).to_string())
         .expect("named");
     let defaults_dir = defaults.to_str().expect("utf8");
-    let mut gm =
-        Gm::start_in(&ws, &["--mcp-config", named.to_str().expect("utf8")], &[("GM_DEFAULTS_DIR", defaults_dir)]);
+    approve(&ws);
+    let home = common::trust_home();
+    let env = [("GM_DEFAULTS_DIR", defaults_dir), ("HOME", home.to_str().expect("utf8"))];
+    let mut gm = Gm::start_in(&ws, &["--mcp-config", named.to_str().expect("utf8")], &env);
     gm.ready();
     let r = gm.js("const who = async (f) => (await f({})).structuredContent.server;
          return { b: await who(gm.b_echo), c: await who(gm.c_echo), a: gm.verbs().some(v => v.server === 'a') };");

@@ -30,7 +30,9 @@ fn everything_entry(extra: Value) -> Value {
 fn serve_with(ws: &Path, servers: Value) -> Gm {
     std::fs::create_dir_all(ws.join(".gm")).expect(".gm");
     std::fs::write(ws.join(".gm/mcp.json"), json!({ "mcpServers": servers }).to_string()).expect("mcp.json");
-    let mut gm = Gm::start_in(ws, &[], &[]);
+    common::approve_workspace_servers(ws);
+    let home = common::trust_home();
+    let mut gm = Gm::start_in(ws, &[], &[("HOME", home.to_str().expect("utf8"))]);
     gm.ready();
     gm
 }

@@ -30,11 +30,6 @@ fn setup() -> (tempfile::TempDir, Gm) {
     configure(&d.join("other"));
     let mut gm = Gm::start_in(&work, &["--surface", "tools"], &[]);
     gm.initialize("2025-11-25");
-    // gm added .gm/ (its own state) to .gitignore at start: commit that, as a user would.
-    git(&work, &["add", ".gitignore"]);
-    git(&work, &["commit", "-q", "-m", "ignore gm secrets"]);
-    git(&work, &["push", "-q", "origin", "main"]);
-    git(&d.join("other"), &["pull", "-q"]);
     (dir, gm)
 }
 
@@ -139,7 +134,7 @@ fn log_diff_and_show_describe_history() {
     let all = gm.call_ok("git_log", json!({}));
     let summaries: Vec<&str> =
         all["commits"].as_array().expect("log").iter().filter_map(|c| c["summary"].as_str()).collect();
-    assert_eq!(summaries, ["third", "second", "ignore gm secrets", "first"]);
+    assert_eq!(summaries, ["third", "second", "first"]);
     let touching = gm.call_ok("git_log", json!({ "path": "shared.txt" }));
     assert_eq!(touching["commits"].as_array().expect("log").len(), 2);
     let range = gm.call_ok("git_log", json!({ "range": "HEAD~2..HEAD" }));
@@ -210,8 +205,30 @@ fn staging_everything_leaves_gms_own_state_out() {
     gm.call_ok("git_commit", json!({ "message": "a" }));
     let tracked = git(&dir.path().join("work"), &["ls-files"]);
     assert!(!tracked.contains(".gm/"), "the run log and gm's state are never committed: {tracked}");
-    let ignore = std::fs::read_to_string(dir.path().join("work/.gitignore")).expect(".gitignore");
-    assert!(ignore.lines().any(|l| l == ".gm/") && ignore.lines().any(|l| l == ".gm/secrets.env"));
+    assert!(!dir.path().join("work/.gitignore").exists(), "gm's folder ignores itself");
+}
+
+#[test]
+fn serving_a_fresh_repository_leaves_git_status_clean() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let work = dir.path().join("work");
+    std::fs::create_dir(&work).expect("mkdir");
+    git(&work, &["init", "-q", "-b", "main"]);
+    configure(&work);
+    std::fs::write(work.join("a.txt"), "a\n").expect("write");
+    git(&work, &["add", "."]);
+    git(&work, &["commit", "-q", "-m", "first"]);
+    let mut gm = Gm::start_in(&work, &[], &[]);
+    gm.ready();
+    // A call that writes spilled output and a job's files under .gm/, and the log.
+    gm.js("await gm.run_shell({ command: 'seq 1 200000' }); await gm.job_start({ name: 'j', command: 'true' }); return 1;");
+    gm.close_stdin();
+    assert!(gm.wait_exit(common::TIMEOUT).expect("gm exits").success());
+    assert!(work.join(".gm/log.jsonl").is_file());
+    assert_eq!(git(&work, &["status", "--porcelain", "--ignored=no", "--untracked-files=all"]), "");
+    assert!(!work.join(".gitignore").exists(), "the workspace's .gitignore is never made for gm");
+    assert_eq!(std::fs::read_to_string(work.join(".gm/.gitignore")).expect(".gm/.gitignore"), "*\n");
+    assert_eq!(git(&work, &["check-ignore", ".gm/secrets.env"]), ".gm/secrets.env");
 }
 
 #[test]

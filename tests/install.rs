@@ -111,6 +111,61 @@ fn an_earlier_gm_entry_is_replaced_where_it_stands() {
 }
 
 #[test]
+fn the_users_env_type_and_timeout_in_the_gm_entry_are_kept_in_their_text_and_place() {
+    let home = tempfile::tempdir().unwrap();
+    let old = r#"{
+  "mcpServers": {
+    "gm": {
+      "type": "stdio",
+      "command": "/old/gm",
+      "args": ["serve", "--old-flag"],
+      "env": {"GMNEW_AUTO_UPDATE": "0",   "K": "v"},
+      "timeout": 120000
+    }
+  }
+}
+"#;
+    fs::write(claude_json(home.path()), old).unwrap();
+    assert_eq!(ok(gm(home.path(), &["install"]))["changed"], true);
+    let want = old
+        .replace("\"/old/gm\"", &json!(this_gm()).to_string())
+        .replace("[\"serve\", \"--old-flag\"]", "[\n        \"serve\"\n      ]");
+    assert_eq!(fs::read_to_string(claude_json(home.path())).unwrap(), want);
+
+    // Installed again: command and args already say so, nothing is written.
+    let before = fs::read(claude_json(home.path())).unwrap();
+    assert_eq!(ok(gm(home.path(), &["install"]))["changed"], false);
+    assert_eq!(fs::read(claude_json(home.path())).unwrap(), before);
+}
+
+#[cfg(unix)]
+#[test]
+fn a_gm_run_from_a_staged_version_registers_current_not_the_version_folder() {
+    let home = tempfile::tempdir().unwrap();
+    let root = home.path().join(".gmnew");
+    let version_dir = root.join("versions").join(VERSION);
+    fs::create_dir_all(&version_dir).unwrap();
+    let staged = version_dir.join("gm");
+    // A hard link where the file system allows it: the binary is large.
+    fs::hard_link(common::gm_bin(), &staged).or_else(|_| fs::copy(common::gm_bin(), &staged).map(drop)).unwrap();
+    std::os::unix::fs::symlink(Path::new("versions").join(VERSION), root.join("current")).unwrap();
+
+    // The host starts ~/.gmnew/current/gm; the process runs the resolved versions/<v>/gm.
+    let out = Command::new(root.join("current/gm"))
+        .arg("install")
+        .env("HOME", home.path())
+        .env_remove("GM_SKILLS_DIR")
+        .env_remove("GM_DEFAULTS_DIR")
+        .current_dir(home.path())
+        .output()
+        .unwrap();
+    let report = ok(out);
+    let current = root.join("current/gm").to_str().unwrap().to_owned();
+    assert_eq!(report["command"], current);
+    assert_eq!(read_json(&claude_json(home.path()))["mcpServers"]["gm"]["command"], current);
+}
+
+#[test]
 fn a_config_that_is_not_a_json_object_is_refused_and_left_as_it_was() {
     for text in ["[1, 2]\n", "{\"mcpServers\": ", "{\"mcpServers\": [\"gm\"]}"] {
         let home = tempfile::tempdir().unwrap();
@@ -207,22 +262,57 @@ fn unpack(archive: &Path, into: &Path) {
     tar::Archive::new(gz).unpack(into).unwrap();
 }
 
+/// A new minisign key pair: the public key's base64 line and the secret key file.
+fn signing_key(dir: &Path) -> (String, PathBuf) {
+    let kp = minisign::KeyPair::generate_unencrypted_keypair().unwrap();
+    let file = dir.join("release.key");
+    fs::write(&file, kp.sk.to_box(None).unwrap().to_string()).unwrap();
+    (kp.pk.to_base64(), file)
+}
+
+#[test]
+fn dist_with_a_key_that_cannot_sign_packages_nothing() {
+    let home = tempfile::tempdir().unwrap();
+    let out = home.path().join("dist");
+    fs::write(home.path().join("not-a-key"), "untrusted comment: x\nAAAA\n").unwrap();
+    for key in ["not-a-key", "missing.key"] {
+        let run = gm(home.path(), &["dist", "--out", out.to_str().unwrap(), "--sign", key]);
+        assert!(!run.status.success(), "{key} was taken");
+        assert!(stderr(&run).contains("nothing was packaged"), "{}", stderr(&run));
+        assert!(!out.exists(), "nothing was written");
+    }
+}
+
 #[test]
 fn a_dist_archive_installs_with_local_and_the_registered_command_serves() {
     let home = tempfile::tempdir().unwrap();
     let out = home.path().join("dist");
-    let report = ok(gm(home.path(), &["dist", "--out", out.to_str().unwrap()]));
+    let (public, key) = signing_key(home.path());
+    let report = ok(gm(home.path(), &["dist", "--out", out.to_str().unwrap(), "--sign", key.to_str().unwrap()]));
     let stem = format!("gmnew-{VERSION}-{TARGET}");
     let archive = out.join(format!("{stem}.tar.gz"));
     assert_eq!(report["archive"], archive.to_str().unwrap());
 
-    // The manifest names the archive with its checksum and size.
+    // The manifest names the archive with its checksum, size and signature.
     let manifest = read_json(&out.join("manifest.json"));
     assert_eq!(manifest["version"], VERSION);
     let entry = &manifest["targets"][TARGET];
     assert_eq!(entry["archive"], format!("{stem}.tar.gz"));
     assert_eq!(entry["size"], fs::metadata(&archive).unwrap().len());
     assert_eq!(entry["sha256"], gm_actors::builds::sha256_file(&archive).unwrap());
+
+    // The signature is beside the archive and in its entry, and the updater's check takes it
+    // with this key (a test key: not one of the release keys compiled in).
+    let minisig = out.join(format!("{stem}.tar.gz.minisig"));
+    assert_eq!(report["signature"]["file"], minisig.to_str().unwrap());
+    assert_eq!(report["signature"]["releaseKey"], false);
+    let signature = fs::read_to_string(&minisig).unwrap();
+    assert_eq!(entry["signature"], signature.as_str());
+    assert!(signature.contains(&format!("file:{stem}.tar.gz")), "{signature}");
+    let keys = gm_actors::updater::TrustedKeys::only(&[&public]).unwrap();
+    keys.verify_file(&archive, Some(&signature)).expect("the signature verifies");
+    let other = gm_actors::updater::TrustedKeys::release();
+    assert!(other.verify_file(&archive, Some(&signature)).is_err(), "the release keys do not take a test key's");
 
     // One top folder holding the whole build.
     let unpacked = home.path().join("unpacked");

@@ -1,7 +1,8 @@
 //! The Updater through the real binary: `gm serve` with a temporary HOME, checking a manifest
 //! served on 127.0.0.1 (`GMNEW_UPDATE_URL`), read back from the run log's `update` events.
 //! Test builds are development builds, so the tests that expect requests set
-//! `GMNEW_AUTO_UPDATE=1`.
+//! `GMNEW_AUTO_UPDATE=1`, and they trust the test's own signing key through
+//! `GMNEW_UPDATE_PUBKEY` (a development build reads it; a release build never does).
 
 mod common;
 #[path = "../actors/src/updater/testing.rs"]
@@ -13,7 +14,7 @@ use std::time::{Duration, Instant};
 use common::Gm;
 use gm_actors::builds::{TARGET, VERSION};
 use serde_json::Value;
-use testing::{build_archive, manifest_json, sha256_hex, TestServer};
+use testing::{build_archive, gm_script, keypair, manifest_json, sha256_hex, sign, signed_manifest_json, TestServer};
 
 const MANIFEST: &str = "/releases/manifest.json";
 const WAIT: Duration = Duration::from_secs(30);
@@ -24,11 +25,22 @@ struct Served {
     _workspace: tempfile::TempDir,
 }
 
+/// The key pair this test process signs releases with: (public base64, secret key text).
+fn test_key() -> &'static (String, String) {
+    static KEY: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
+    KEY.get_or_init(keypair)
+}
+
 fn serve(home: &Path, server: &TestServer, auto_update: &str) -> Served {
     let workspace = tempfile::tempdir().expect("workspace");
     let url = server.url(MANIFEST);
     let home = home.to_str().expect("utf-8 home");
-    let env = [("HOME", home), ("GMNEW_UPDATE_URL", url.as_str()), ("GMNEW_AUTO_UPDATE", auto_update)];
+    let env = [
+        ("HOME", home),
+        ("GMNEW_UPDATE_URL", url.as_str()),
+        ("GMNEW_AUTO_UPDATE", auto_update),
+        ("GMNEW_UPDATE_PUBKEY", test_key().0.as_str()),
+    ];
     let gm = Gm::start_in(&workspace.path().canonicalize().expect("canonical"), &[], &env);
     Served { gm, _workspace: workspace }
 }
@@ -81,17 +93,63 @@ fn wait_file_holds(path: &Path, text: &str) {
     }
 }
 
-/// Serves a build of 99.0.0 for this target and a manifest listing it (with `sha256` in place
-/// of the archive's when given). Returns the archive's size and its path on the server.
-fn publish_99(server: &TestServer, sha256: Option<&str>) -> (usize, String) {
-    let name = format!("gmnew-99.0.0-{TARGET}.tar.gz");
-    let archive = build_archive("99.0.0", TARGET, "#!/bin/sh\necho gm 99\n");
+/// How a published archive is signed.
+enum Signed<'a> {
+    ByTheTestKey,
+    /// By this secret key (another key's).
+    By(&'a str),
+    Not,
+}
+
+/// Serves a build of `version` for this target whose `gm` is `gm`, and a manifest listing it
+/// (with `sha256` in place of the archive's when given). Returns the archive's size and its
+/// path on the server.
+fn publish(server: &TestServer, version: &str, gm: &str, sha256: Option<&str>, signed: Signed) -> (usize, String) {
+    let name = format!("gmnew-{version}-{TARGET}.tar.gz");
+    let archive = build_archive(version, TARGET, gm);
     let sha = sha256.map(str::to_owned).unwrap_or_else(|| sha256_hex(&archive));
     let size = archive.len();
-    server.serve(MANIFEST, manifest_json("99.0.0", TARGET, &name, &sha, size), Some("\"r99\""));
+    let manifest = match signed {
+        Signed::ByTheTestKey => {
+            signed_manifest_json(version, TARGET, &name, &sha, size, &sign(&archive, &test_key().1))
+        }
+        Signed::By(secret) => signed_manifest_json(version, TARGET, &name, &sha, size, &sign(&archive, secret)),
+        Signed::Not => manifest_json(version, TARGET, &name, &sha, size),
+    };
+    server.serve(MANIFEST, manifest, Some(&format!("\"r{version}\"")));
     let path = format!("/releases/{name}");
     server.serve(&path, archive, None);
     (size, path)
+}
+
+/// A signed build of 99.0.0 that starts.
+fn publish_99(server: &TestServer, sha256: Option<&str>) -> (usize, String) {
+    publish(server, "99.0.0", &gm_script("99.0.0"), sha256, Signed::ByTheTestKey)
+}
+
+/// Serves `publish`'s release to a gm with a fresh HOME, waits for the check's end and
+/// returns its `update` events and the HOME.
+fn check_once(publish: impl FnOnce(&TestServer)) -> (Vec<Value>, tempfile::TempDir) {
+    let server = TestServer::start();
+    publish(&server);
+    let home = tempfile::tempdir().expect("home");
+    let mut gm = serve(home.path(), &server, "1");
+    let events = gm.wait_status(&["staged", "refused", "failed"]);
+    gm.stop();
+    (events, home)
+}
+
+/// Checks that the last event refused `version` for `reason`, and that nothing was staged or
+/// left behind.
+fn assert_refused(events: &[Value], home: &Path, reason: &str) -> String {
+    let refused = events.last().expect("an event");
+    assert_eq!((refused["status"].as_str(), refused["reason"].as_str()), (Some("refused"), Some(reason)), "{events:?}");
+    let root = home.join(".gmnew");
+    let versions: Vec<PathBuf> = entries(&root.join("versions"));
+    assert_eq!(versions, Vec::<PathBuf>::new(), "nothing staged, no copy left");
+    assert!(!root.join("current").exists());
+    assert_eq!(entries(&root.join("downloads")), Vec::<PathBuf>::new(), "no temporary file is left");
+    refused["detail"].as_str().unwrap_or_default().to_owned()
 }
 
 #[test]
@@ -134,7 +192,7 @@ fn a_newer_release_is_downloaded_checked_and_staged_as_current() {
     assert_eq!(events[2]["version"], "99.0.0");
     assert_eq!(events[2]["dir"].as_str().map(PathBuf::from), Some(root.join("versions/99.0.0")));
 
-    assert_eq!(std::fs::read_to_string(root.join("current/gm")).expect("current/gm"), "#!/bin/sh\necho gm 99\n");
+    assert_eq!(std::fs::read_to_string(root.join("current/gm")).expect("current/gm"), gm_script("99.0.0"));
     assert_eq!(std::fs::read_to_string(root.join("current/skills/gm/SKILL.md")).expect("skill"), "# gm skill\n");
     assert_eq!(entries(&root.join("downloads")), Vec::<PathBuf>::new(), "no temporary file is left");
     let paths: Vec<String> = server.requests().into_iter().map(|r| r.path).collect();
@@ -158,6 +216,57 @@ fn an_archive_with_a_bad_sha256_is_refused_and_nothing_is_staged() {
     assert!(!root.join("current").exists());
     assert_eq!(entries(&root.join("downloads")), Vec::<PathBuf>::new(), "no temporary file is left");
     gm.stop();
+}
+
+#[test]
+fn an_unsigned_release_is_refused_and_nothing_is_staged() {
+    let (events, home) = check_once(|server| drop(publish(server, "99.0.0", &gm_script("99.0.0"), None, Signed::Not)));
+    let detail = assert_refused(&events, home.path(), "bad-signature");
+    assert!(detail.contains("no signature"), "{detail}");
+}
+
+#[test]
+fn a_release_signed_by_another_key_is_refused_and_nothing_is_staged() {
+    let (_, attacker) = keypair();
+    let (events, home) =
+        check_once(|server| drop(publish(server, "99.0.0", &gm_script("99.0.0"), None, Signed::By(&attacker))));
+    let detail = assert_refused(&events, home.path(), "bad-signature");
+    assert!(detail.contains("not one gm trusts"), "{detail}");
+}
+
+#[test]
+fn a_signed_release_whose_gm_does_not_start_is_refused_and_remembered_as_bad() {
+    let broken = "#!/bin/sh\necho 'gm: error while loading shared libraries: libgm.so' >&2\nexit 127\n";
+    let (events, home) = check_once(|server| drop(publish(server, "99.0.0", broken, None, Signed::ByTheTestKey)));
+    let detail = assert_refused(&events, home.path(), "does-not-start");
+    assert!(detail.contains("exit code 127") && detail.contains("libgm.so"), "with its stderr's end: {detail}");
+    let state: Value =
+        serde_json::from_str(&std::fs::read_to_string(home.path().join(".gmnew/update.json")).expect("update.json"))
+            .expect("json");
+    assert_eq!(state["bad"][0]["version"], "99.0.0", "{state}");
+}
+
+#[test]
+fn a_replayed_older_release_never_moves_current_back() {
+    let server = TestServer::start();
+    publish_99(&server, None);
+    let home = tempfile::tempdir().expect("home");
+    let mut first = serve(home.path(), &server, "1");
+    first.wait_status(&["staged", "refused", "failed"]);
+    first.stop();
+    let root = home.path().join(".gmnew");
+    assert_eq!(std::fs::read_link(root.join("current")).expect("current"), Path::new("versions/99.0.0"));
+
+    // The older release, properly signed, still newer than the running build.
+    let (_, old_path) = publish(&server, "98.0.0", &gm_script("98.0.0"), None, Signed::ByTheTestKey);
+    let mut second = serve(home.path(), &server, "1");
+    let events = second.wait_status(&["staged", "refused", "failed"]);
+    second.stop();
+    let refused = events.last().expect("an event");
+    assert_eq!((refused["status"].as_str(), refused["reason"].as_str()), (Some("refused"), Some("older-than-current")));
+    assert_eq!(events[0]["current"], "99.0.0", "{events:?}");
+    assert!(!server.requests().iter().any(|r| r.path == old_path), "the older archive was not even downloaded");
+    assert_eq!(std::fs::read_link(root.join("current")).expect("current"), Path::new("versions/99.0.0"));
 }
 
 /// Waits for the `off` event, then a little longer, and checks that the server heard nothing.

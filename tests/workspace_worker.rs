@@ -15,8 +15,10 @@ fn starts(log: &Path) -> Vec<Value> {
     read_log(log).into_iter().filter(|e| e["kind"] == "start").collect()
 }
 
-/// The pid of the one worker that served `log`'s workspace so far.
+/// The pid of the one worker that served `log`'s workspace so far (its start event is written
+/// within a few milliseconds of its start).
 fn the_worker(log: &Path) -> u32 {
+    wait_until("the worker's start event", || !starts(log).is_empty());
     let starts = starts(log);
     assert_eq!(starts.len(), 1, "one worker: {starts:?}");
     starts[0]["pid"].as_u64().expect("pid") as u32

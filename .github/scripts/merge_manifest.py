@@ -7,8 +7,10 @@ merge: the manifest on the release (when there is one) updated with the entries 
 prune: reads the release's asset names on stdin and prints those to delete: archives and debug
        files of versions older than the newest KEEP, except any the manifest still names.
 
-Each artifact folder holds what `gm dist --out` wrote: manifest.json (with its one target),
-gmnew-<version>-<target>.tar.gz and gmnew-<version>-<target>.debug.
+Each artifact folder holds what `gm dist --out --sign` wrote: manifest.json (with its one
+target, its entry carrying the archive's minisign `signature`), gmnew-<version>-<target>.tar.gz,
+its .minisig and gmnew-<version>-<target>.debug. An entry without a signature is never published:
+every gm's updater refuses an unsigned archive.
 """
 
 import argparse
@@ -19,7 +21,7 @@ import re
 import sys
 
 ASSET = re.compile(r"^gmnew-(?P<version>.+?)-(?P<target>(?:x86_64|aarch64|i686|armv7|riscv64gc)-[A-Za-z0-9_-]+)"
-                   r"\.(?:tar\.gz|zip|debug)$")
+                   r"\.(?:tar\.gz(?:\.minisig)?|zip|debug)$")
 
 
 def version_key(version):
@@ -65,7 +67,7 @@ def sha256(path):
 
 
 def built_entries(artifacts):
-    """{target: entry} of every artifact whose archive is there and matches its entry."""
+    """{target: entry} of every artifact whose archive is there, matches its entry and is signed."""
     built = {}
     if not os.path.isdir(artifacts):
         return built
@@ -79,6 +81,8 @@ def built_entries(artifacts):
                 print(f"warning: {target}: {archive} is missing; treated as failed", file=sys.stderr)
             elif os.path.getsize(archive) != entry.get("size") or sha256(archive) != entry.get("sha256"):
                 print(f"warning: {target}: {archive} does not match its entry; treated as failed", file=sys.stderr)
+            elif not entry.get("signature"):
+                print(f"warning: {target}: {archive} is not signed; treated as failed", file=sys.stderr)
             else:
                 built[target] = entry
     return built
@@ -114,6 +118,7 @@ def to_delete(names, manifest, keep):
     for entry in manifest.get("targets", {}).values():
         archive = entry.get("archive", "")
         named.add(archive)
+        named.add(f"{archive}.minisig")
         m = ASSET.match(archive)
         if m:
             named.add(f"gmnew-{m['version']}-{m['target']}.debug")

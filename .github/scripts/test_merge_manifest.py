@@ -15,9 +15,12 @@ MAC = "aarch64-apple-darwin"
 WINDOWS = "x86_64-pc-windows-msvc"
 
 
-def entry(version, target, data=b""):
-    return {"version": version, "archive": f"gmnew-{version}-{target}.tar.gz",
-            "sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+def entry(version, target, data=b"", signature="untrusted comment: x\nRUQ=\ntrusted comment: y\nAA==\n"):
+    e = {"version": version, "archive": f"gmnew-{version}-{target}.tar.gz",
+         "sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+    if signature:
+        e["signature"] = signature
+    return e
 
 
 class Artifacts:
@@ -57,6 +60,11 @@ class Merge(unittest.TestCase):
         arts.add("0.2.0", MAC, manifest_entry=entry("0.2.0", MAC, b"other bytes"))
         self.assertEqual(mm.built_entries(arts.dir), {})
 
+    def test_an_unsigned_archive_counts_as_failed(self):
+        arts = Artifacts(self)
+        arts.add("0.2.0", LINUX, manifest_entry=entry("0.2.0", LINUX, b"archive", signature=None))
+        self.assertEqual(mm.built_entries(arts.dir), {})
+
     def test_the_top_version_is_the_highest_semver_not_the_highest_text(self):
         old = {"version": "0.9.0", "targets": {MAC: entry("0.9.0", MAC)}}
         merged = mm.merge(old, {LINUX: entry("0.10.0", LINUX)})
@@ -88,15 +96,15 @@ class Prune(unittest.TestCase):
         names = ["manifest.json"]
         for v in ["0.1.0", "0.2.0", "0.3.0", "0.10.0", "1.0.0-rc.1"]:
             for t in [LINUX, MAC]:
-                names += [f"gmnew-{v}-{t}.tar.gz", f"gmnew-{v}-{t}.debug"]
+                names += [f"gmnew-{v}-{t}.tar.gz", f"gmnew-{v}-{t}.tar.gz.minisig", f"gmnew-{v}-{t}.debug"]
         # The Mac build failed since 0.1.0: its archive stays, whatever its age.
         manifest = {"version": "1.0.0-rc.1",
                     "targets": {LINUX: entry("1.0.0-rc.1", LINUX), MAC: entry("0.1.0", MAC)}}
         gone = mm.to_delete(names, manifest, 3)
         self.assertEqual(sorted(gone), sorted([
-            f"gmnew-0.1.0-{LINUX}.tar.gz", f"gmnew-0.1.0-{LINUX}.debug",
-            f"gmnew-0.2.0-{LINUX}.tar.gz", f"gmnew-0.2.0-{LINUX}.debug",
-            f"gmnew-0.2.0-{MAC}.tar.gz", f"gmnew-0.2.0-{MAC}.debug",
+            f"gmnew-0.1.0-{LINUX}.tar.gz", f"gmnew-0.1.0-{LINUX}.tar.gz.minisig", f"gmnew-0.1.0-{LINUX}.debug",
+            f"gmnew-0.2.0-{LINUX}.tar.gz", f"gmnew-0.2.0-{LINUX}.tar.gz.minisig", f"gmnew-0.2.0-{LINUX}.debug",
+            f"gmnew-0.2.0-{MAC}.tar.gz", f"gmnew-0.2.0-{MAC}.tar.gz.minisig", f"gmnew-0.2.0-{MAC}.debug",
         ]))
 
     def test_a_version_with_a_dash_is_read_whole(self):

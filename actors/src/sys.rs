@@ -314,6 +314,49 @@ pub fn point_link(dir: &std::path::Path, link: &std::path::Path, target: &std::p
     })
 }
 
+/// An exclusive lock on a file, held until it is dropped or the process ends (the kernel
+/// releases a dead process's locks, so a crash never leaves one behind).
+#[derive(Debug)]
+pub struct FileLock {
+    _file: std::fs::File,
+}
+
+/// Takes an exclusive lock on `path` (made, mode 0600, when missing), waiting for whoever holds
+/// it. The lock belongs to this open of the file: two threads of one process that each call
+/// this exclude each other too. Where `flock` does not exist the file is opened and not locked.
+pub fn lock_exclusive(path: &std::path::Path) -> std::io::Result<FileLock> {
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true).write(true).create(true).truncate(false);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let file = options.open(path)?;
+    #[cfg(unix)]
+    loop {
+        use std::os::fd::AsRawFd;
+        // SAFETY: flock(2) on a descriptor we own; no memory is touched.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
+            break;
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+    Ok(FileLock { _file: file })
+}
+
+/// Whether starting `e`'s program failed because the file is open for writing somewhere
+/// (ETXTBSY): another thread's fork can hold a just-written file's descriptor until it execs.
+pub fn is_text_busy(e: &std::io::Error) -> bool {
+    #[cfg(unix)]
+    return e.raw_os_error() == Some(libc::ETXTBSY);
+    #[cfg(not(unix))]
+    {
+        let _ = e;
+        false
+    }
+}
+
 /// Sends `signal` to one process.
 pub fn signal_process(pid: u32, signal: i32) {
     if let Ok(pid) = i32::try_from(pid) {

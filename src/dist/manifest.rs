@@ -32,6 +32,9 @@ pub struct TargetEntry {
     pub archive: String,
     pub sha256: String,
     pub size: u64,
+    /// The archive's minisign signature (its `.minisig` text), with `gm dist --sign`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
     #[serde(flatten)]
     pub other: Map<String, Value>,
 }
@@ -109,6 +112,7 @@ mod tests {
             archive: archive.into(),
             sha256: "00".into(),
             size: 1,
+            signature: None,
             other: Map::new(),
         }
     }

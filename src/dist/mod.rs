@@ -6,9 +6,11 @@
 //!
 //! The parts are found the way gm finds them when it runs (beside the binary, one or two
 //! levels up, or the checkout it was built from), so the archive holds what this build serves.
+//! With `--sign KEY` the archive is signed (`sign.rs`), which the updater requires.
 
 mod debug_info;
 pub mod manifest;
+pub mod sign;
 
 use std::fs;
 use std::io::{self, Write};
@@ -37,6 +39,10 @@ pub enum DistError {
     Tool { tool: &'static str, why: String },
     #[error("{path}: not a manifest ({why}); refused, the file is left as it was")]
     Manifest { path: PathBuf, why: String },
+    #[error("--sign {path}: not a usable minisign secret key: {why}; nothing was packaged")]
+    SigningKey { path: PathBuf, why: String },
+    #[error("cannot sign {path}: {why}")]
+    Sign { path: PathBuf, why: String },
     #[error(transparent)]
     Build(#[from] BuildError),
 }
@@ -60,6 +66,9 @@ pub struct DistReport {
     /// The debug info split off the binary, when there was any to keep.
     pub debug: Option<PathBuf>,
     pub manifest: PathBuf,
+    /// The archive's signature, with `--sign`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signature: Option<sign::SignatureReport>,
 }
 
 /// The archive's name without its extension, which is also its one top folder.
@@ -67,8 +76,10 @@ pub fn archive_stem() -> String {
     format!("gmnew-{VERSION}-{TARGET}")
 }
 
-/// `gm dist --out <out>`.
-pub fn dist(out: &Path) -> Result<DistReport, DistError> {
+/// `gm dist --out <out> [--sign <secret key file>]`.
+pub fn dist(out: &Path, sign_with: Option<&Path>) -> Result<DistReport, DistError> {
+    // A key that cannot sign is said before anything is packaged.
+    let key = sign_with.map(sign::SigningKey::read).transpose()?;
     let out = &std::path::absolute(out).map_err(io_err(out))?;
     let exe = std::env::current_exe().map_err(DistError::CurrentExe)?;
     let parts = Parts::locate()?;
@@ -96,11 +107,16 @@ pub fn dist(out: &Path) -> Result<DistReport, DistError> {
     let size = fs::metadata(&archive).map_err(io_err(&archive))?.len();
     let sha256 = builds::sha256_file(&archive)?;
     let file_name = archive.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let signed = match &key {
+        Some(key) => Some(key.sign(&archive, &format!("gm {VERSION} {TARGET}"))?),
+        None => None,
+    };
     let entry = TargetEntry {
         version: VERSION.into(),
         archive: file_name,
         sha256: sha256.clone(),
         size,
+        signature: signed.as_ref().map(|(text, _)| text.clone()),
         other: Default::default(),
     };
     let manifest = out.join(manifest::FILE);
@@ -115,6 +131,7 @@ pub fn dist(out: &Path) -> Result<DistReport, DistError> {
         unstripped_size: fs::metadata(&exe).map_err(io_err(&exe))?.len(),
         debug,
         manifest,
+        signature: signed.map(|(_, report)| report),
     })
 }
 

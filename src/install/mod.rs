@@ -119,7 +119,7 @@ fn install_with(opts: &InstallOptions, after_write: &mut dyn FnMut(&Path)) -> Re
     };
     let command = match &root {
         Some(root) => builds::current_exe_path(root),
-        None => std::env::current_exe().map_err(InstallError::CurrentExe)?,
+        None => registered_exe()?,
     };
     let entry = ServerEntry { command: unicode(&command)?, args };
     // A file that cannot be edited is refused before anything is staged.
@@ -135,6 +135,17 @@ fn install_with(opts: &InstallOptions, after_write: &mut dyn FnMut(&Path)) -> Re
     let changed =
         replace::rewrite(&file, |text| registration::edit(&file, text, SERVER_NAME, Some(&entry)), after_write)?;
     Ok(InstallReport { file, command: entry.command, args: entry.args, changed, staged })
+}
+
+/// The binary to register: the running one, or `~/.gmnew/current/gm` when the running one is a
+/// build under `~/.gmnew/versions/` (a host started through `current` runs the resolved path,
+/// and that folder is pruned a few updates later, while `current` follows them).
+fn registered_exe() -> Result<PathBuf, InstallError> {
+    let exe = std::env::current_exe().map_err(InstallError::CurrentExe)?;
+    match builds::root() {
+        Ok(root) if builds::is_staged_binary(&exe, &root) => Ok(builds::current_exe_path(&root)),
+        _ => Ok(exe),
+    }
 }
 
 /// The config to write, absolute. A symbolic link (a config kept with dotfiles) is followed, so

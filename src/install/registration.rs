@@ -1,5 +1,7 @@
 //! The edit of a Claude Code config's text: set or remove one entry of its `mcpServers`,
-//! leaving every other member as it was written, in its place.
+//! leaving every other member as it was written, in its place. Setting an entry that is there
+//! changes only its `command` and `args`: what the user added to it (`env`, `type`, timeouts)
+//! keeps its text and place.
 
 use std::path::Path;
 
@@ -21,16 +23,19 @@ pub struct ServerEntry {
 }
 
 impl ServerEntry {
-    fn to_object(&self) -> Object {
-        // Built member by member so that `command` comes before `args`, as hosts write it.
-        let mut o = Object::default();
+    /// `current` (the entry as written, when it is an object) with `command` and `args` set in
+    /// place, or a new object of the two (`command` first, as hosts write it).
+    fn onto(&self, current: Option<Object>) -> Object {
+        let mut o = current.unwrap_or_default();
         o.set("command", Member::New(Value::from(self.command.as_str())));
         o.set("args", Member::New(Value::from(self.args.clone())));
         o
     }
 
-    fn to_value(&self) -> Value {
-        serde_json::json!({ "command": self.command, "args": self.args })
+    /// Whether `current` already says this command and these args.
+    fn is_in(&self, current: &Value) -> bool {
+        current.get("command").and_then(Value::as_str) == Some(self.command.as_str())
+            && current.get("args") == Some(&Value::from(self.args.clone()))
     }
 }
 
@@ -54,8 +59,15 @@ pub fn edit(path: &Path, text: Option<&str>, name: &str, entry: Option<&ServerEn
     let json_err = |source| InstallError::Json { path: path.to_owned(), source };
     let current = servers.get(name).map(Member::value).transpose().map_err(json_err)?;
     match entry {
-        Some(entry) if current.as_ref() == Some(&entry.to_value()) => return Ok(Edit::Unchanged),
-        Some(entry) => servers.set(name, Member::Object(entry.to_object())),
+        Some(entry) if current.as_ref().is_some_and(|c| entry.is_in(c)) => return Ok(Edit::Unchanged),
+        Some(entry) => {
+            // An entry that is not an object holds nothing to keep: it is written anew.
+            let kept = match servers.get(name) {
+                Some(Member::Raw(raw)) => Object::from_raw(raw).ok(),
+                _ => None,
+            };
+            servers.set(name, Member::Object(entry.onto(kept)));
+        }
         None if current.is_none() => return Ok(Edit::Unchanged),
         None => {
             servers.remove(name);
@@ -109,6 +121,28 @@ mod tests {
     fn servers_that_are_not_an_object_are_refused() {
         let r = edit(Path::new("c"), Some(r#"{"mcpServers": []}"#), "gm", Some(&entry("/bin/gm")));
         assert!(matches!(r, Err(InstallError::ServersNotAnObject { .. })));
+    }
+
+    #[test]
+    fn an_existing_entry_keeps_its_other_members_in_their_text_and_place() {
+        let text = r#"{"mcpServers": {"gm": {"type": "stdio", "command": "/old/gm", "env": {"GMNEW_AUTO_UPDATE":  "0"}, "args": ["serve", "--old"], "timeout": 90000}}}"#;
+        let out = written(edit(Path::new("c"), Some(text), "gm", Some(&entry("/bin/gm"))).unwrap());
+        let want = "{\n  \"mcpServers\": {\n    \"gm\": {\n      \"type\": \"stdio\",\n      \"command\": \"/bin/gm\",\n      \"env\": {\"GMNEW_AUTO_UPDATE\":  \"0\"},\n      \"args\": [\n        \"serve\"\n      ],\n      \"timeout\": 90000\n    }\n  }\n}";
+        assert_eq!(out, want);
+        let again = r#"{"mcpServers": {"gm": {"env": {"A": "1"}, "command": "/bin/gm", "args": ["serve"]}}}"#;
+        assert!(
+            matches!(edit(Path::new("c"), Some(again), "gm", Some(&entry("/bin/gm"))).unwrap(), Edit::Unchanged),
+            "only command and args are compared"
+        );
+    }
+
+    #[test]
+    fn an_entry_that_is_not_an_object_is_replaced_whole() {
+        let out = written(
+            edit(Path::new("c"), Some(r#"{"mcpServers": {"gm": "old"}}"#), "gm", Some(&entry("/bin/gm"))).unwrap(),
+        );
+        let v: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["mcpServers"]["gm"], serde_json::json!({"command": "/bin/gm", "args": ["serve"]}));
     }
 
     #[test]

@@ -115,6 +115,8 @@ impl Finder {
     pub fn connect(&self, hello: &Hello, restarts: usize) -> Result<Connection, ConnectError> {
         std::fs::create_dir_all(&self.files.state_dir)
             .map_err(|e| ConnectError::Other(format!("cannot make {}: {e}", self.files.state_dir.display())))?;
+        // The folder ignores itself from the start (the worker would see to it too, later).
+        let _ = crate::gitignore::ignore_own_folder(&self.files.state_dir);
         let socket = paths::socket_path(&self.files.workspace)
             .map_err(|e| ConnectError::Other(format!("the worker socket's folder: {e}")))?;
         // Held until the hello is answered: a worker deciding to leave takes it too, so it

@@ -42,6 +42,9 @@ pub enum VerbError {
     ToolError { tool: String, result: Value },
     #[error("internal error: {0}")]
     Internal(String),
+    /// A workspace server the user has not approved; `server` says what it would run.
+    #[error("{message}")]
+    Untrusted { message: String, server: Value },
 }
 
 /// Every `code` a failed tool result can carry, with what it means and what to do about it. The
@@ -63,6 +66,7 @@ pub const ERROR_CODES: &[(&str, &str)] = &[
     ("duplicate_job", "A job by that name is still running; stop it or choose another name."),
     ("cancelled", "The call was cancelled (`notifications/cancelled`, or the end of the run_code body that made it)."),
     ("unknown_verb", "No verb by that name; `gm.verbs()` lists them."),
+    ("untrusted", "The tool belongs to a server of the workspace's `.gm/mcp.json` that the user has not approved, so it was not started. `server` has its command line, cwd and environment names. Only the user can approve it: ask them to run `gm trust --workspace DIR` in a terminal (it shows the whole entry and asks), then call again; any change to the entry needs approval again."),
     ("tool_error", "A child MCP server's tool answered with `isError: true`; its whole result is under `result`, its text in the message."),
     ("internal", "A bug in gm (a verb that panicked, an actor that is gone). The server keeps running; the message says what failed."),
     ("skill_not_read", "run_code is closed until this connection has read `skill://gm/SKILL.md` with resources/read; the error names the call to make."),
@@ -109,6 +113,7 @@ impl VerbError {
             Self::UnknownVerb(_) => "unknown_verb",
             Self::ToolError { .. } => "tool_error",
             Self::Internal(_) => "internal",
+            Self::Untrusted { .. } => "untrusted",
         }
     }
 
@@ -150,6 +155,9 @@ impl VerbError {
                 m.insert("tool".into(), json!(tool));
                 m.insert("result".into(), result.clone());
             }
+            Self::Untrusted { server, .. } => {
+                m.insert("server".into(), server.clone());
+            }
             _ => {}
         }
         Value::Object(m)
@@ -182,6 +190,7 @@ mod tests {
             VerbError::UnknownVerb(String::new()),
             VerbError::ToolError { tool: String::new(), result: Value::Null },
             VerbError::Internal(String::new()),
+            VerbError::Untrusted { message: String::new(), server: Value::Null },
         ];
         for e in &all {
             // A new variant must be added here: this match has no catch-all.
@@ -202,7 +211,8 @@ mod tests {
                 | VerbError::Cancelled
                 | VerbError::UnknownVerb(_)
                 | VerbError::ToolError { .. }
-                | VerbError::Internal(_) => {}
+                | VerbError::Internal(_)
+                | VerbError::Untrusted { .. } => {}
             }
             assert!(ERROR_CODES.iter().any(|(c, _)| *c == e.code()), "{} is not in ERROR_CODES", e.code());
         }

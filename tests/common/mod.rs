@@ -23,6 +23,27 @@ pub fn no_child_servers() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/no-child-servers")
 }
 
+/// A HOME for tests that run workspace servers: approvals (`~/.gmnew/trust.json`) are kept per
+/// workspace, so the tests that share it never see each other's.
+pub fn trust_home() -> PathBuf {
+    let home = Path::new(env!("CARGO_TARGET_TMPDIR")).join("trust-home");
+    std::fs::create_dir_all(&home).expect("trust home");
+    home
+}
+
+/// Approves every server `ws`'s `.gm/mcp.json` names, in [`trust_home`], as its user would
+/// with `gm trust --yes`.
+pub fn approve_workspace_servers(ws: &Path) {
+    let out = gm_command()
+        .args(["trust", "--yes", "--workspace"])
+        .arg(ws)
+        .env("HOME", trust_home())
+        .stdin(Stdio::null())
+        .output()
+        .expect("gm trust runs");
+    assert!(out.status.success(), "gm trust --yes: {}", String::from_utf8_lossy(&out.stderr));
+}
+
 /// How long a test's worker stays after its last session: short, so the workers of finished
 /// tests do not pile up.
 pub const TEST_IDLE_MS: &str = "3000";

@@ -12,6 +12,7 @@ use url::Url;
 
 use super::fetch::{self, FetchError, Fetched};
 use super::manifest::{self, Offer};
+use super::signature::SignatureError;
 use super::state::{self, Saved};
 use super::unpack::{self, ArchiveError};
 use super::{Outcome, Refusal, UpdateEvent};
@@ -28,6 +29,8 @@ pub struct Job {
     pub manifest_url: Url,
     /// `~/.gmnew`.
     pub root: PathBuf,
+    /// Whose signature an archive must carry.
+    pub keys: super::TrustedKeys,
     /// This build's version and target.
     pub running: &'static str,
     pub target: &'static str,
@@ -61,25 +64,33 @@ pub async fn run(job: Job) -> Outcome {
     let version = offer.as_ref().map(|o| o.version.to_string());
     let newer = offer.as_ref().is_some_and(|o| manifest::is_newer(&o.version, job.running));
     let staged = newer && offer.as_ref().is_some_and(|o| manifest::is_staged(&job.root, &o.version, job.target));
+    let current = builds::current_version(&job.root);
     job.events.do_send(UpdateEvent::Checked {
         version: version.clone(),
         newer,
         running: job.running,
         target: job.target,
+        current: current.clone(),
         already_staged: staged,
     });
+    let refuse = |version: String, refusal: Refusal| {
+        job.events.do_send(UpdateEvent::Refused {
+            version: version.clone(),
+            reason: refusal.code(),
+            detail: refusal.to_string(),
+        });
+        Outcome::Refused { version, refusal }
+    };
     let outcome = match (offer, version) {
-        (Some(offer), Some(version)) if newer && !staged => match install(&job, &offer).await {
-            Ok(outcome) => outcome,
-            Err(Stop::Failed(error)) => return Outcome::Failed { error },
-            Err(Stop::Refused(refusal)) => {
-                job.events.do_send(UpdateEvent::Refused {
-                    version: version.clone(),
-                    reason: refusal.code(),
-                    detail: refusal.to_string(),
-                });
-                return Outcome::Refused { version, refusal };
-            }
+        (Some(offer), Some(version)) if newer && !staged => match refuse_offer(&job.root, &offer, current.as_deref()) {
+            // What the manifest alone says is no: handled to the end (its ETag is saved below),
+            // so the same manifest is not downloaded again at every check.
+            Some(refusal) => refuse(version, refusal),
+            None => match install(&job, &offer).await {
+                Ok(outcome) => outcome,
+                Err(Stop::Failed(error)) => return Outcome::Failed { error },
+                Err(Stop::Refused(refusal)) => return refuse(version, refusal),
+            },
         },
         (_, Some(version)) if staged => Outcome::AlreadyStaged { version },
         (_, version) => Outcome::UpToDate { version },
@@ -91,6 +102,16 @@ pub async fn run(job: Job) -> Outcome {
         }
     }
     outcome
+}
+
+/// Why the offered version is not downloaded at all: it is lower than the version current
+/// points at (a replayed older manifest, or a build the user installed by hand), or it was
+/// marked bad.
+fn refuse_offer(root: &Path, offer: &Offer, current: Option<&str>) -> Option<Refusal> {
+    if let Some(current) = current.filter(|c| semver::Version::parse(c).is_ok_and(|c| offer.version < c)) {
+        return Some(Refusal::OlderThanCurrent { current: current.to_owned() });
+    }
+    state::bad(root, &offer.version.to_string()).map(|b| Refusal::KnownBad { causes: b.causes })
 }
 
 /// Downloads, verifies, unpacks and stages the offered build; its temporary files go in every
@@ -122,6 +143,12 @@ async fn install(job: &Job, offer: &Offer) -> Result<Outcome, Stop> {
     if got.sha256 != offer.sha256 {
         return Err(Stop::Refused(Refusal::BadSha256 { got: got.sha256, want: offer.sha256.clone() }));
     }
+    // Who made it, before a byte of it is unpacked.
+    let (keys, archive, signature) = (job.keys.clone(), part.0.clone(), offer.signature.clone());
+    blocking(move || keys.verify_file(&archive, signature.as_deref())).await?.map_err(|e| match e {
+        SignatureError::Io(why) => Stop::Failed(why),
+        e => Stop::Refused(Refusal::BadSignature(e.to_string())),
+    })?;
 
     let archive = part.0.clone();
     let unpack_dir = downloads.join(unique_name(&version, "unpack"));
@@ -130,7 +157,16 @@ async fn install(job: &Job, offer: &Offer) -> Result<Outcome, Stop> {
         let _unpacked = TempPath(unpack_dir.clone());
         let build = unpack::unpack(&archive, &unpack_dir, &unpack::top_folder(&v, target))?;
         unpack::check_build(&build, &v, target)?;
-        Ok(builds::stage(&build, &root)?)
+        state::record_staged(&root, &v)
+            .map_err(|e| StageError::Stage(BuildError::Io { path: e.path, source: e.source }))?;
+        match builds::stage_update(&build, &root) {
+            Err(BuildError::DoesNotStart(e)) => {
+                // It will not start next time either (a newer C library, a missing one): never again.
+                let _ = state::mark_bad(&root, &v, &[format!("does not start: {e}")]);
+                Err(StageError::Stage(BuildError::DoesNotStart(e)))
+            }
+            other => Ok(other?),
+        }
     })
     .await??;
     drop(part);
@@ -164,6 +200,10 @@ impl From<StageError> for Stop {
             StageError::Archive(e @ ArchiveError::Io { .. }) => Stop::Failed(e.to_string()),
             StageError::Stage(BuildError::NoBinary(_)) => {
                 Stop::Refused(Refusal::BadArchive(format!("the build holds no {}", builds::EXE)))
+            }
+            StageError::Stage(BuildError::DoesNotStart(e)) => Stop::Refused(Refusal::DoesNotStart(e.to_string())),
+            StageError::Stage(BuildError::OlderThanCurrent { current, .. }) => {
+                Stop::Refused(Refusal::OlderThanCurrent { current })
             }
             StageError::Stage(e) => Stop::Failed(format!("cannot stage the build: {e}")),
         }

@@ -4,8 +4,12 @@
 //! {"version": "0.2.0",
 //!  "targets": {"x86_64-unknown-linux-gnu":
 //!    {"version": "0.2.0", "archive": "gmnew-0.2.0-x86_64-unknown-linux-gnu.tar.gz",
-//!     "sha256": "<hex>", "size": 12345}}}
+//!     "sha256": "<hex>", "size": 12345,
+//!     "signature": "untrusted comment: ...\n<base64>\ntrusted comment: ...\n<base64>\n"}}}
 //! ```
+//!
+//! `signature` is the archive's `.minisig` text (`gm dist --sign`); the updater refuses an
+//! archive without one (see `signature.rs`).
 //!
 //! A target's own `version` wins over the manifest's: a target whose build failed keeps its
 //! older entry while the others move on. Unknown fields are ignored, so the manifest can grow.
@@ -39,6 +43,8 @@ pub struct Entry {
     pub archive: String,
     pub sha256: String,
     pub size: u64,
+    #[serde(default)]
+    pub signature: Option<String>,
 }
 
 /// The build the manifest offers one target, checked for shape.
@@ -50,6 +56,8 @@ pub struct Offer {
     /// Lowercase hex.
     pub sha256: String,
     pub size: u64,
+    /// The archive's minisign signature, as the manifest gives it (checked after the download).
+    pub signature: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -96,7 +104,7 @@ impl Manifest {
         if entry.size > MAX_ARCHIVE_BYTES {
             return Err(ManifestError::TooBig { target: t(), size: entry.size });
         }
-        Ok(Some(Offer { version, archive, sha256, size: entry.size }))
+        Ok(Some(Offer { version, archive, sha256, size: entry.size, signature: entry.signature.clone() }))
     }
 }
 

@@ -2,10 +2,12 @@
 //!
 //! At start and every [`CHECK_EVERY`] it asks for the release manifest with `If-None-Match`
 //! (an unchanged release costs one small 304), and when the manifest offers this target a
-//! newer version that is not staged yet, it downloads the archive, checks its size and
-//! SHA-256 against the manifest, unpacks it, checks its `build.json` and stages it with
-//! [`builds::stage`], as `gm install --local` does. It never runs what it staged: the next
-//! worker start picks it up.
+//! newer version that is not staged yet, not lower than the one `current` points at and not
+//! known to be bad, it downloads the archive, checks its size and SHA-256 against the
+//! manifest and its minisign signature against the keys compiled into gm, then unpacks it, checks its `build.json` and stages it with [`builds::stage_update`],
+//! which runs its `gm --version` before `current` moves. A build that does not start is
+//! refused and remembered as bad ([`state::mark_bad`]). The next worker start runs what it
+//! staged.
 //!
 //! It runs on an arbiter of its own (unpacking and staging on blocking threads; only the
 //! small state files are read there), so a slow network or a large archive never holds up a
@@ -15,13 +17,15 @@
 //!
 //! - `manifest`: the manifest's shape and what it offers this target.
 //! - `fetch`: the two HTTP requests.
+//! - `signature`: the archive's minisign signature and the keys gm trusts.
 //! - `unpack`: unpacking an archive safely and checking its `build.json`.
-//! - `state`: the saved ETag (`~/.gmnew/update.json`).
+//! - `state`: `~/.gmnew/update.json`: the saved ETag, the bad versions, what it staged.
 //! - `check`: one check, step by step.
 
 mod check;
 pub mod fetch;
 pub mod manifest;
+pub mod signature;
 pub mod state;
 #[cfg(test)]
 pub(crate) mod testing;
@@ -37,6 +41,7 @@ use tokio::sync::oneshot;
 use url::Url;
 
 use crate::builds::{self, BuildInfo, TARGET, VERSION};
+pub use signature::TrustedKeys;
 
 /// Where releases are published. `GMNEW_UPDATE_URL` replaces it.
 pub const DEFAULT_MANIFEST_URL: &str = "https://github.com/AnEntrypoint/gm/releases/download/latest/manifest.json";
@@ -58,6 +63,9 @@ pub enum UpdateEvent {
         newer: bool,
         running: &'static str,
         target: &'static str,
+        /// The version `~/.gmnew/current` points at, when it points at one.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        current: Option<String>,
         /// A newer version that an earlier check (or another gm) already staged.
         #[serde(rename = "alreadyStaged", skip_serializing_if = "std::ops::Not::not")]
         already_staged: bool,
@@ -71,7 +79,9 @@ pub enum UpdateEvent {
         version: String,
         dir: PathBuf,
     },
-    /// An archive that did not match the manifest or is not a build; nothing was staged.
+    /// A build that is not staged: the manifest offers a version lower than current's or one
+    /// known to be bad, or its archive did not match the manifest, is not signed by gm's key,
+    /// is not a build, or does not start. Nothing was staged.
     Refused {
         version: String,
         reason: &'static str,
@@ -87,6 +97,8 @@ pub enum UpdateEvent {
 /// Why a downloaded archive was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
+    #[error("bad signature: {0}")]
+    BadSignature(String),
     #[error("bad sha256: the archive's is {got}, the manifest says {want}")]
     BadSha256 { got: String, want: String },
     #[error("wrong size: {got} bytes, the manifest says {want}")]
@@ -95,16 +107,26 @@ pub enum Refusal {
     BadArchive(String),
     #[error("build.json mismatch: {0}")]
     BuildJsonMismatch(String),
+    #[error("{0}")]
+    DoesNotStart(String),
+    #[error("current points at {current}, a higher version; gm never moves current back")]
+    OlderThanCurrent { current: String },
+    #[error("this version was marked bad: {}", causes.join("; "))]
+    KnownBad { causes: Vec<String> },
 }
 
 impl Refusal {
     /// The event's `reason`.
     pub fn code(&self) -> &'static str {
         match self {
+            Refusal::BadSignature(_) => "bad-signature",
             Refusal::BadSha256 { .. } => "bad-sha256",
             Refusal::WrongSize { .. } => "wrong-size",
             Refusal::BadArchive(_) => "bad-archive",
             Refusal::BuildJsonMismatch(_) => "build-json-mismatch",
+            Refusal::DoesNotStart(_) => "does-not-start",
+            Refusal::OlderThanCurrent { .. } => "older-than-current",
+            Refusal::KnownBad { .. } => "known-bad",
         }
     }
 }
@@ -167,17 +189,24 @@ impl Policy {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Config {
     Off { why: String },
-    On { manifest_url: Url, root: PathBuf, every: Duration },
+    On { manifest_url: Url, root: PathBuf, every: Duration, keys: TrustedKeys },
 }
 
 impl Config {
-    /// From the environment: `GMNEW_AUTO_UPDATE`, `GMNEW_UPDATE_URL`, `HOME`, and whether the
-    /// running build is a release.
+    /// From the environment: `GMNEW_AUTO_UPDATE`, `GMNEW_UPDATE_URL`, `HOME`, whether the
+    /// running build is a release, and for a development build `GMNEW_UPDATE_PUBKEY`.
     pub fn from_env() -> Config {
         let auto = std::env::var("GMNEW_AUTO_UPDATE").ok();
-        if let Policy::Off { why } = Policy::decide(auto.as_deref(), BuildInfo::running().release) {
+        let release = BuildInfo::running().release;
+        if let Policy::Off { why } = Policy::decide(auto.as_deref(), release) {
             return Config::Off { why };
         }
+        // A release build never reads the variable: nothing in its environment adds a key.
+        let extra = if release { None } else { std::env::var(signature::PUBKEY_VAR).ok() };
+        let keys = match TrustedKeys::for_build(release, extra.as_deref()) {
+            Ok(keys) => keys,
+            Err(e) => return Config::Off { why: e.to_string() },
+        };
         let url = std::env::var("GMNEW_UPDATE_URL").ok().filter(|u| !u.trim().is_empty());
         let url = url.as_deref().unwrap_or(DEFAULT_MANIFEST_URL);
         let manifest_url = match Url::parse(url) {
@@ -186,7 +215,7 @@ impl Config {
             Err(e) => return Config::Off { why: format!("GMNEW_UPDATE_URL {url:?} is not a URL: {e}") },
         };
         match builds::root() {
-            Ok(root) => Config::On { manifest_url, root, every: CHECK_EVERY },
+            Ok(root) => Config::On { manifest_url, root, every: CHECK_EVERY, keys },
             Err(e) => Config::Off { why: e.to_string() },
         }
     }
@@ -245,7 +274,7 @@ impl Updater {
 
     /// Starts a check unless one is running.
     fn begin(&mut self, ctx: &mut Context<Self>) {
-        let Config::On { manifest_url, root, .. } = &self.config else { return };
+        let Config::On { manifest_url, root, keys, .. } = &self.config else { return };
         if self.checking {
             return;
         }
@@ -261,6 +290,7 @@ impl Updater {
             client,
             manifest_url: manifest_url.clone(),
             root: root.clone(),
+            keys: keys.clone(),
             running: VERSION,
             target: TARGET,
             events: self.events.clone(),

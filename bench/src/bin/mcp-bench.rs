@@ -432,16 +432,25 @@ fn child(args: &[String]) {
     let direct = measure_calls(&mut s, &tool, &tool_args, n, 0, 1);
     drop(s);
 
-    // Through gm: the same server as gm's child `bench`, called from one body.
+    // Through gm: the same server as gm's child `bench`, called from one body. Named with
+    // --mcp-config (the user's own config), which needs no approval, unlike a workspace's.
     let ws = dir.join("ws");
-    std::fs::create_dir_all(ws.join(".gm")).expect("workspace");
+    std::fs::create_dir_all(&ws).expect("workspace");
     let defaults = dir.join("no-defaults");
     std::fs::create_dir_all(&defaults).expect("defaults");
     std::fs::write(defaults.join("mcp.json"), r#"{"mcpServers":{}}"#).expect("defaults");
     let entry = json!({ "command": cmd[0], "args": &cmd[1..] });
-    std::fs::write(ws.join(".gm/mcp.json"), json!({ "mcpServers": { "bench": entry } }).to_string()).expect("config");
+    let config = dir.join("bench-servers.json");
+    std::fs::write(&config, json!({ "mcpServers": { "bench": entry } }).to_string()).expect("config");
     let mut g = Server::spawn_env(
-        &[gm.clone(), "serve".into(), "--workspace".into(), ws.to_string_lossy().into_owned()],
+        &[
+            gm.clone(),
+            "serve".into(),
+            "--workspace".into(),
+            ws.to_string_lossy().into_owned(),
+            "--mcp-config".into(),
+            config.to_string_lossy().into_owned(),
+        ],
         &[("GM_DEFAULTS_DIR", &defaults)],
     );
     g.initialize();

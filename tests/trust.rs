@@ -1,0 +1,357 @@
+//! Consent for a workspace's servers, through the real binary: a repository's `.gm/mcp.json`
+//! that tries to run a command when gm opens it runs nothing until the user approved that exact
+//! entry with `gm trust`; a changed entry needs approval again. Each test has a HOME of its own
+//! (approvals live in `~/.gmnew/trust.json`).
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+use common::Gm;
+use serde_json::{json, Value};
+
+fn test_server() -> &'static str {
+    env!("CARGO_BIN_EXE_mcp-test-server")
+}
+
+/// A value in gm's environment that a workspace entry asks for with `${...}`: it must never
+/// reach the log, nor a server the user did not approve.
+const SECRET: &str = "s3cr3t-api-key-value";
+
+/// A workspace whose `.gm/mcp.json` names a server that writes `marker` when it starts (then
+/// serves MCP), asking for the user's secret in its environment.
+struct Repo {
+    _dir: tempfile::TempDir,
+    ws: PathBuf,
+    home: tempfile::TempDir,
+}
+
+impl Repo {
+    fn new() -> Repo {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ws = dir.path().canonicalize().expect("canonical");
+        let repo = Repo { _dir: dir, ws, home: tempfile::tempdir().expect("home") };
+        repo.configure("started");
+        repo
+    }
+
+    /// Writes the entry; `word` is what its command writes into `marker`.
+    fn configure(&self, word: &str) {
+        std::fs::create_dir_all(self.ws.join(".gm")).expect(".gm");
+        let script = format!("echo {word} > marker; exec {} --name evil", test_server());
+        let servers =
+            json!({ "evil": { "command": "sh", "args": ["-c", script], "env": { "TOKEN": "${GM_TEST_SECRET}" } } });
+        std::fs::write(self.ws.join(".gm/mcp.json"), json!({ "mcpServers": servers }).to_string()).expect("mcp.json");
+    }
+
+    fn marker(&self) -> PathBuf {
+        self.ws.join("marker")
+    }
+
+    /// gm serving the workspace with this HOME, the secret in its environment, the read gate open.
+    fn serve(&self, args: &[&str]) -> Gm {
+        let home = self.home.path().to_str().expect("utf-8");
+        let mut gm = Gm::start_in(&self.ws, args, &[("HOME", home), ("GM_TEST_SECRET", SECRET)]);
+        gm.ready();
+        gm
+    }
+
+    /// `gm trust <args>` in the workspace, stdin not a terminal.
+    fn trust(&self, args: &[&str]) -> Output {
+        common::gm_command()
+            .arg("trust")
+            .args(args)
+            .current_dir(&self.ws)
+            .env("HOME", self.home.path())
+            .stdin(Stdio::null())
+            .output()
+            .expect("gm trust runs")
+    }
+
+    fn trust_file(&self) -> PathBuf {
+        self.home.path().join(".gmnew/trust.json")
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn server_events(gm: &mut Gm, name: &str) -> Vec<Value> {
+    gm.events_of("mcp-server").into_iter().filter(|e| e["name"] == name).collect()
+}
+
+/// The whole log, as text.
+fn log_text(gm: &mut Gm) -> String {
+    gm.log_events().iter().map(Value::to_string).collect::<Vec<_>>().join("\n")
+}
+
+/// Checks that the server was not started: its untrusted event shows what it would run, a
+/// body's call fails `untrusted` saying how to approve, and nothing ran.
+fn assert_blocked(repo: &Repo, gm: &mut Gm, word: &str) {
+    let events = server_events(gm, "evil");
+    let untrusted = events.iter().find(|e| e["state"] == "untrusted").unwrap_or_else(|| panic!("{events:?}"));
+    let line = untrusted["commandLine"].as_str().expect("commandLine");
+    assert!(line.starts_with("sh -c 'echo ") && line.contains(&format!("echo {word} > marker")), "{line}");
+    assert_eq!(untrusted["cwd"], repo.ws.to_str().expect("utf-8"));
+    assert_eq!(untrusted["envNames"], json!(["TOKEN"]));
+    assert!(untrusted["approve"].as_str().expect("approve").starts_with("gm trust --workspace "));
+    assert!(!events.iter().any(|e| e["state"] == "starting"), "it was started: {events:?}");
+
+    let err = gm.call_err("run_code", json!({ "code": "return await gm.evil_echo({ x: 1 });" }));
+    assert_eq!(err["details"]["code"], "untrusted", "{err}");
+    let message = err["message"].as_str().expect("message");
+    assert!(message.contains("gm trust --workspace") && message.contains("echo "), "{message}");
+    assert_eq!(err["details"]["server"]["envNames"], json!(["TOKEN"]));
+    let call = gm.events_of("code-call").into_iter().rev().find(|e| e["verb"] == "evil_echo").expect("logged");
+    assert_eq!(call["error"], "untrusted");
+
+    // A started server would have written the marker long before the body's answer.
+    gm.ok("ping", json!({}));
+    assert!(!repo.marker().exists(), "the workspace's command ran");
+    let log = log_text(gm);
+    assert!(!log.contains(SECRET), "the user's secret reached the log");
+    assert!(!log.contains("GM_TEST_SECRET"), "an env value, even as written, reached the log");
+}
+
+#[test]
+fn a_workspace_server_runs_nothing_until_approved_then_starts_at_the_next_call() {
+    let repo = Repo::new();
+    let mut gm = repo.serve(&[]);
+    assert_blocked(&repo, &mut gm, "started");
+
+    // Without a terminal and without --yes: the entry is shown in full, nothing is approved.
+    let out = repo.trust(&[]);
+    assert!(!out.status.success());
+    let shown = text(&out.stdout);
+    assert!(shown.contains("command: sh -c 'echo started > marker; exec "), "{shown}");
+    assert!(shown.contains("TOKEN='${GM_TEST_SECRET}'"), "env as written, unexpanded: {shown}");
+    assert!(text(&out.stderr).contains("rerun with --yes"), "{}", text(&out.stderr));
+    assert!(!repo.trust_file().exists(), "nothing was approved");
+
+    let out = repo.trust(&["--yes"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("Approved: evil."), "{}", text(&out.stdout));
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(repo.trust_file()).expect("trust.json").permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
+    // The running gm starts it at its next call: approved in trust.json since. Two calls at
+    // once: one starts it, the other waits for that start.
+    let r = gm.js("const [e, e2] = await Promise.all([gm.evil_echo({ x: 1 }), gm.evil_echo({ x: 2 })]);
+         const t = await gm.evil_env({ name: 'TOKEN' }); return { e, e2, t };");
+    assert_eq!(r["e"]["structuredContent"]["echo"], json!({ "x": 1 }), "{r}");
+    assert_eq!(r["e2"]["structuredContent"]["echo"], json!({ "x": 2 }), "{r}");
+    assert!(r["t"].to_string().contains(SECRET), "${{NAME}} is expanded once approved: {r}");
+    assert_eq!(std::fs::read_to_string(repo.marker()).expect("marker").trim(), "started");
+    let events = server_events(&mut gm, "evil");
+    assert_eq!(events.iter().filter(|e| e["state"] == "approved").count(), 1, "started once: {events:?}");
+    assert!(events.iter().any(|e| e["state"] == "ready"), "{events:?}");
+    gm.close_stdin();
+    gm.wait_exit(common::TIMEOUT).expect("gm exits");
+    // The worker outlives the session: stop it, so the next gm starts one that reads the approval.
+    common::stop_worker(&repo.ws);
+
+    // A new gm starts it with gm, as any approved server.
+    std::fs::remove_file(repo.marker()).expect("rm marker");
+    let mut gm = repo.serve(&[]);
+    assert_eq!(gm.js("return (await gm.evil_echo({ y: 2 })).structuredContent.echo.y"), 2);
+    assert!(repo.marker().exists());
+    let log = gm.log_events();
+    let this_run = &log[log.iter().rposition(|e| e["kind"] == "start").expect("a start event")..];
+    assert!(
+        !this_run.iter().any(|e| e["kind"] == "mcp-server" && e["state"] == "untrusted"),
+        "this gm started it with the others: {this_run:?}"
+    );
+}
+
+#[test]
+fn an_approved_entry_whose_args_change_is_blocked_again() {
+    let repo = Repo::new();
+    assert!(repo.trust(&["--yes"]).status.success());
+    // The repository changes the command after it was approved (a pull, a branch switch).
+    repo.configure("changed");
+    let mut gm = repo.serve(&[]);
+    assert_blocked(&repo, &mut gm, "changed");
+    let out = repo.trust(&["--list"]);
+    assert!(text(&out.stdout).contains("[changed since: needs approval again]"), "{}", text(&out.stdout));
+    let shown = text(&repo.trust(&[]).stdout);
+    assert!(shown.contains("echo changed > marker"), "the changed entry is asked about: {shown}");
+}
+
+#[test]
+fn the_same_entry_in_another_workspace_is_not_approved() {
+    let repo = Repo::new();
+    assert!(repo.trust(&["--yes"]).status.success());
+    let other = tempfile::tempdir().expect("other");
+    let other_ws = other.path().canonicalize().expect("canonical");
+    std::fs::create_dir_all(other_ws.join(".gm")).expect(".gm");
+    std::fs::copy(repo.ws.join(".gm/mcp.json"), other_ws.join(".gm/mcp.json")).expect("copy");
+    let home = repo.home.path().to_str().expect("utf-8");
+    let mut gm = Gm::start_in(&other_ws, &[], &[("HOME", home)]);
+    gm.ready();
+    let err = gm.call_err("run_code", json!({ "code": "return await gm.evil_echo({});" }));
+    assert_eq!(err["details"]["code"], "untrusted");
+    assert!(!other_ws.join("marker").exists());
+}
+
+#[test]
+fn list_and_revoke_show_and_remove_this_workspaces_approvals() {
+    let repo = Repo::new();
+    let out = repo.trust(&["--list"]);
+    assert!(out.status.success());
+    assert!(text(&out.stdout).contains("No approvals"), "{}", text(&out.stdout));
+    assert!(repo.trust(&["--yes"]).status.success());
+    let listed = text(&repo.trust(&["--list"]).stdout);
+    assert!(listed.contains("evil: sh -c 'echo started > marker;") && listed.contains("env: TOKEN"), "{listed}");
+    assert!(!listed.contains("changed since"), "{listed}");
+
+    let out = repo.trust(&["--revoke", "nope"]);
+    assert!(!out.status.success(), "an unknown name is an error");
+    assert!(text(&out.stderr).contains("nope has no approval"), "{}", text(&out.stderr));
+    let out = repo.trust(&["--revoke", "evil"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("Revoked in"), "{}", text(&out.stdout));
+    let mut gm = repo.serve(&[]);
+    assert_blocked(&repo, &mut gm, "started");
+    drop(gm);
+
+    assert!(repo.trust(&["--yes"]).status.success());
+    let out = repo.trust(&["--revoke"]);
+    assert!(out.status.success(), "every approval of the workspace: {}", text(&out.stderr));
+    assert!(text(&repo.trust(&["--list"]).stdout).contains("No approvals"));
+}
+
+// util-linux's `script` gives gm trust a terminal; BSD's takes other flags.
+#[cfg(target_os = "linux")]
+#[test]
+fn on_a_terminal_each_server_is_asked_about_and_only_yes_approves() {
+    let repo = Repo::new();
+    let gm = common::gm_bin();
+    let ask = |answer: &str| {
+        // `script` gives gm trust a terminal (a pty) and types the answer into it.
+        let cmd = format!("{gm} trust --workspace '{}'", repo.ws.display());
+        let mut child = Command::new("script")
+            .args(["-qec", &cmd, "/dev/null"])
+            .env("HOME", repo.home.path())
+            .env("GM_DEFAULTS_DIR", common::no_child_servers())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("script (util-linux) runs");
+        use std::io::Write;
+        child.stdin.take().expect("stdin").write_all(answer.as_bytes()).expect("answer");
+        child.wait_with_output().expect("gm trust ends")
+    };
+    let out = ask("n\n");
+    assert!(out.status.success(), "{}", text(&out.stdout));
+    assert!(text(&out.stdout).contains("Approve evil? [y/N]"), "{}", text(&out.stdout));
+    assert!(text(&out.stdout).contains("Nothing was approved."), "{}", text(&out.stdout));
+    assert!(!repo.trust_file().exists());
+    let out = ask("\n");
+    assert!(text(&out.stdout).contains("Nothing was approved."), "no answer is no: {}", text(&out.stdout));
+    let out = ask("y\n");
+    assert!(text(&out.stdout).contains("Approved: evil."), "{}", text(&out.stdout));
+    assert!(text(&repo.trust(&["--list"]).stdout).contains("evil: sh -c"));
+}
+
+#[test]
+fn the_users_own_configs_need_no_approval() {
+    let repo = Repo::new();
+    std::fs::remove_file(repo.ws.join(".gm/mcp.json")).expect("rm");
+    // The --mcp-config file, named by the user in the host's config.
+    let named = repo.home.path().join("servers.json");
+    let entry = json!({ "command": test_server(), "args": ["--name", "mine"] });
+    std::fs::write(&named, json!({ "mcpServers": { "mine": entry } }).to_string()).expect("write");
+    let mut gm = repo.serve(&["--mcp-config", named.to_str().expect("utf-8")]);
+    assert_eq!(gm.js("return (await gm.mine_echo({ z: 3 })).structuredContent.echo.z"), 3);
+    common::shut_down(gm);
+
+    // defaults/mcp.json, shipped with gm.
+    let defaults = tempfile::tempdir().expect("defaults");
+    std::fs::write(defaults.path().join("mcp.json"), json!({ "mcpServers": { "shipped": entry } }).to_string())
+        .expect("write");
+    let home = repo.home.path().to_str().expect("utf-8");
+    let mut gm =
+        Gm::start_in(&repo.ws, &[], &[("HOME", home), ("GM_DEFAULTS_DIR", defaults.path().to_str().expect("utf-8"))]);
+    gm.ready();
+    assert_eq!(gm.js("return (await gm.shipped_echo({ z: 4 })).structuredContent.echo.z"), 4);
+}
+
+#[test]
+fn a_workspace_entry_that_takes_a_shipped_servers_name_needs_approval() {
+    let repo = Repo::new();
+    let defaults = tempfile::tempdir().expect("defaults");
+    let entry = json!({ "command": test_server(), "args": ["--name", "evil"] });
+    std::fs::write(defaults.path().join("mcp.json"), json!({ "mcpServers": { "evil": entry } }).to_string())
+        .expect("write");
+    let home = repo.home.path().to_str().expect("utf-8");
+    let mut gm = Gm::start_in(
+        &repo.ws,
+        &[],
+        &[("HOME", home), ("GM_DEFAULTS_DIR", defaults.path().to_str().expect("utf-8")), ("GM_TEST_SECRET", SECRET)],
+    );
+    gm.ready();
+    assert_blocked(&repo, &mut gm, "started");
+}
+
+#[test]
+fn an_entry_that_would_not_start_anyway_is_not_asked_about() {
+    let repo = Repo::new();
+    let servers =
+        json!({ "off": { "command": "sh", "disabled": true }, "remote": { "url": "https://example.invalid/mcp" } });
+    std::fs::write(repo.ws.join(".gm/mcp.json"), json!({ "mcpServers": servers }).to_string()).expect("write");
+    let out = repo.trust(&[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("No server of"), "{}", text(&out.stdout));
+}
+
+/// The API the server uses to approve at run time (when the user said yes through the host),
+/// on a real child process, with approvals in a real store.
+#[actix_rt::test]
+async fn a_server_approved_at_run_time_is_recorded_started_and_answers() {
+    use actix::Actor;
+    use gm::children::{ApproveError, Children};
+    use gm::mcp_config::{Config, Layer, Named};
+    use gm::trust::TrustStore;
+
+    let repo = Repo::new();
+    let script = format!("echo started > marker; exec {} --name evil", test_server());
+    let named = Named {
+        name: "evil".into(),
+        entry: serde_json::from_value(json!({ "command": "sh", "args": ["-c", script] })).expect("entry"),
+        from: repo.ws.join(".gm/mcp.json").display().to_string(),
+        layer: Layer::Workspace,
+    };
+    let config = Config { servers: vec![named], ..Config::default() };
+    let (writer, _) =
+        gm_actors::log_writer::LogWriter::open(&repo.ws.join(".gm/log.jsonl"), "run-time-approval").expect("log");
+    let store = TrustStore::at(&repo.home.path().join(".gmnew"));
+    let children = Children::start_with(&config, &repo.ws, writer.start(), 0, Ok(store.clone()));
+
+    children.ready().await;
+    let pending = children.pending();
+    assert_eq!(pending.len(), 1);
+    assert!(pending[0].command_line.starts_with("sh -c 'echo started > marker; exec "), "{pending:?}");
+    assert_eq!(children.waiting_for("evil_echo").map(|p| p.name), Some("evil".into()));
+    assert_eq!(children.waiting_for("other_echo"), None);
+    assert!(children.find("evil_echo").is_none());
+    assert!(!repo.marker().exists());
+
+    children.approve("evil").await.expect("approved");
+    assert!(repo.marker().exists(), "started by the time approve answered");
+    assert!(store.approved(&repo.ws, "evil", &pending[0].sha256).expect("store"), "recorded as gm trust would");
+    assert!(children.pending().is_empty());
+    let tool = children.find("evil_echo").expect("its tools are there");
+    let cancel = gm_actors::cancel::CancelToken::default();
+    let r = children.call(&tool, json!({ "k": 1 }), &cancel).await.expect("call");
+    assert_eq!(r["structuredContent"]["echo"], json!({ "k": 1 }));
+    assert!(matches!(children.approve("evil").await, Err(ApproveError::NotWaiting(_))));
+    assert!(matches!(children.approve("nobody").await, Err(ApproveError::NotWaiting(_))));
+    children.stop().await;
+}
