@@ -13,6 +13,8 @@ use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use crate::children::ChildTool;
+use crate::trust::ask::{AskConsent, Consent};
+use actix::Recipient;
 use crate::verbs::{self, Ctx, Json, VerbError};
 
 /// The fields of a `code-call` event, written to the log without building a JSON value.
@@ -38,12 +40,40 @@ pub struct Host {
     ctx: Ctx,
     /// The run_code body this host serves, for the log.
     body: u64,
+    /// The session's way to ask its user whether a workspace server may start.
+    consent: Option<Recipient<AskConsent>>,
 }
 
 impl Host {
-    pub fn new(ctx: Ctx, body: u64) -> Self {
-        Self { ctx, body }
+    pub fn new(ctx: Ctx, body: u64, consent: Option<Recipient<AskConsent>>) -> Self {
+        Self { ctx, body, consent }
     }
+}
+
+/// A child tool for `gm.<name>`: a started server's, one the user approved with `gm trust`, or
+/// — when the session can ask its user and they accept — one approved now.
+async fn child_tool(ctx: &Ctx, name: &str, consent: Option<&Recipient<AskConsent>>) -> Option<ChildTool> {
+    if let Some(tool) = ctx.children.find_or_start(name).await {
+        return Some(tool);
+    }
+    let pending = ctx.children.waiting_for(name)?;
+    let ask = consent?.send(AskConsent { pending: pending.clone() });
+    // The user may take a while to answer; a cancelled body stops waiting.
+    let asked = tokio::select! {
+        asked = ask => asked.ok()?,
+        () = ctx.cancel.cancelled() => return None,
+    };
+    if asked != Consent::Approved {
+        return None;
+    }
+    if let Err(e) = ctx.children.approve(&pending.name).await {
+        ctx.log(gm_actors::log_writer::Event::new(
+            "consent",
+            json!({ "server": pending.name, "answer": "approved", "failed": e.to_string() }),
+        ));
+        return None;
+    }
+    ctx.children.find(name)
 }
 
 /// What `gm.verbs()` says of the native verbs (computed once).
@@ -85,11 +115,12 @@ impl JsHost for Host {
     fn call(&self, name: String, args: Json) -> BoxFuture<'static, Result<Json, Json>> {
         let ctx = self.ctx.clone();
         let body = self.body;
+        let consent = self.consent.clone();
         // The call runs as a task of its own: a body that is interrupted or cancelled stops
         // waiting for it, but the call still ends (a cancellable one at once) and is logged.
         let task = tokio::spawn(async move {
             let started = Instant::now();
-            let child = if verbs::find(&name).is_some() { None } else { ctx.children.find_or_start(&name).await };
+            let child = if verbs::find(&name).is_some() { None } else { child_tool(&ctx, &name, consent.as_ref()).await };
             let (result, in_flight) = match &child {
                 None => {
                     let called = verbs::call(ctx.clone(), &name, &args).await;

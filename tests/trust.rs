@@ -355,3 +355,75 @@ async fn a_server_approved_at_run_time_is_recorded_started_and_answers() {
     assert!(matches!(children.approve("nobody").await, Err(ApproveError::NotWaiting(_))));
     children.stop().await;
 }
+
+/// gm serving the workspace for a client that declared `elicitation`, the read gate open.
+fn serve_askable(repo: &Repo) -> Gm {
+    let home = repo.home.path().to_str().expect("utf-8");
+    let mut gm = Gm::start_in(&repo.ws, &[], &[("HOME", home), ("GM_TEST_SECRET", SECRET)]);
+    gm.ok(
+        "initialize",
+        json!({ "protocolVersion": "2025-11-25", "capabilities": { "elicitation": {} }, "clientInfo": { "name": "asker", "version": "0" } }),
+    );
+    gm.send(&json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }));
+    gm.read_skill();
+    gm
+}
+
+/// Sends a body calling the workspace server and returns gm's question (an
+/// `elicitation/create` request).
+fn call_and_get_asked(gm: &mut Gm, id: i64) -> Value {
+    let code = "return (await gm.evil_echo({ x: 7 })).structuredContent.echo.x;";
+    gm.send(&json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": { "name": "run_code", "arguments": { "code": code } } }));
+    let question = gm.recv(common::TIMEOUT).expect("gm asks before answering");
+    assert_eq!(question["method"], "elicitation/create", "{question}");
+    question
+}
+
+#[test]
+fn a_client_that_accepts_gets_the_server_started_in_the_same_call() {
+    let repo = Repo::new();
+    let mut gm = serve_askable(&repo);
+    let question = call_and_get_asked(&mut gm, 41);
+    let message = question["params"]["message"].as_str().expect("message");
+    assert!(message.contains("sh -c 'echo started > marker;"), "the whole command: {message}");
+    assert!(message.contains("TOKEN") && !message.contains(SECRET) && !message.contains("GM_TEST_SECRET"), "{message}");
+    assert!(message.contains(repo.ws.to_str().expect("utf-8")), "the folder: {message}");
+    assert!(!repo.marker().exists(), "nothing runs before the answer");
+    gm.send(&json!({ "jsonrpc": "2.0", "id": question["id"], "result": { "action": "accept", "content": { "approve": true } } }));
+    let reply = gm.recv_id(&json!(41));
+    assert_eq!(reply["result"]["structuredContent"]["result"], 7, "the same call went on: {reply}");
+    assert_eq!(std::fs::read_to_string(repo.marker()).expect("marker").trim(), "started");
+    let listed = text(&repo.trust(&["--list"]).stdout);
+    assert!(listed.contains("evil"), "the approval is kept as gm trust keeps it: {listed}");
+    let answers: Vec<Value> = gm.events_of("consent").into_iter().filter(|e| e["answer"].is_string()).collect();
+    assert_eq!(answers.len(), 1, "{answers:?}");
+    assert_eq!(answers[0]["answer"], "approved");
+    assert!(!log_text(&mut gm).contains(SECRET));
+}
+
+#[test]
+fn a_client_that_declines_gets_untrusted_once_and_is_not_asked_again() {
+    let repo = Repo::new();
+    let mut gm = serve_askable(&repo);
+    let question = call_and_get_asked(&mut gm, 51);
+    gm.send(&json!({ "jsonrpc": "2.0", "id": question["id"], "result": { "action": "decline" } }));
+    let reply = gm.recv_id(&json!(51));
+    assert_eq!(reply["result"]["structuredContent"]["error"]["details"]["code"], "untrusted", "{reply}");
+    // The next call fails at once: the first message is its answer, not a second question.
+    gm.send(&json!({ "jsonrpc": "2.0", "id": 52, "method": "tools/call", "params": { "name": "run_code", "arguments": { "code": "return await gm.evil_echo({});" } } }));
+    let next = gm.recv(common::TIMEOUT).expect("an answer");
+    assert_eq!(next["id"], 52, "asked again: {next}");
+    assert_eq!(next["result"]["structuredContent"]["error"]["details"]["code"], "untrusted", "{next}");
+    assert!(!repo.marker().exists());
+    assert!(!repo.trust_file().exists() || !text(&repo.trust(&["--list"]).stdout).contains("evil"));
+}
+
+#[test]
+fn a_client_without_elicitation_is_never_asked() {
+    let repo = Repo::new();
+    let mut gm = repo.serve(&[]);
+    gm.send(&json!({ "jsonrpc": "2.0", "id": 61, "method": "tools/call", "params": { "name": "run_code", "arguments": { "code": "return await gm.evil_echo({});" } } }));
+    let first = gm.recv(common::TIMEOUT).expect("an answer");
+    assert_eq!(first["id"], 61, "{first}");
+    assert_eq!(first["result"]["structuredContent"]["error"]["details"]["code"], "untrusted");
+}

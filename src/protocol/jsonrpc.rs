@@ -44,8 +44,11 @@ pub enum Message {
         method: String,
         params: Value,
     },
-    /// A reply to a request gm sent (gm sends none yet; ignored).
-    Response,
+    /// A reply to a request gm sent (an elicitation): its `result`, or `None` for an error.
+    Response {
+        id: Value,
+        result: Option<Value>,
+    },
     /// Not a valid JSON-RPC message; `id` is the request's id when it could be read.
     Invalid {
         id: Value,
@@ -80,7 +83,9 @@ pub fn classify(v: Value) -> Message {
         (Some(Value::String(method)), Some(id)) => Message::Request { id, method, params },
         (Some(Value::String(method)), None) => Message::Notification { method, params },
         (Some(_), _) => invalid(reply_id, "method must be a string"),
-        (None, Some(_)) if m.contains_key("result") || m.contains_key("error") => Message::Response,
+        (None, Some(id)) if m.contains_key("result") || m.contains_key("error") => {
+            Message::Response { id, result: m.remove("result") }
+        }
         (None, _) => invalid(reply_id, "missing method"),
     }
 }
@@ -155,6 +160,6 @@ mod tests {
 
     #[test]
     fn replies_from_the_client_are_recognised() {
-        assert_eq!(msg(r#"{"jsonrpc":"2.0","id":3,"result":{}}"#), Message::Response);
+        assert_eq!(msg(r#"{"jsonrpc":"2.0","id":3,"result":{}}"#), Message::Response { id: json!(3), result: Some(json!({})) });
     }
 }

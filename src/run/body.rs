@@ -50,10 +50,11 @@ pub async fn run_code(
     body: u64,
     cancel: CancelToken,
     scope: Scope,
+    consent: Option<actix::Recipient<crate::trust::ask::AskConsent>>,
 ) -> Result<ToolOutput, Value> {
     // Shells the body starts are stopped with it; its calls are logged as the session's.
     let ctx = app.ctx.for_call(cancel.clone(), Some(scope.clone()));
-    let host = Arc::new(crate::js::Host::new(ctx, body));
+    let host = Arc::new(crate::js::Host::new(ctx, body, consent));
     let lines: Vec<String> = code.lines().map(str::to_owned).collect();
     let summary = code.clone();
     let run = Run { id: body, body: code, budget: BACKGROUND_LIFETIME, host, cancel: cancel.clone() };

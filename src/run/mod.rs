@@ -42,6 +42,8 @@ pub struct RunSession {
     pub step_budget: u64,
     /// The session and its current run, for the events of its calls.
     scope: Scope,
+    /// Asks the session's user (through its host) whether a workspace server may start.
+    pub consent: Option<actix::Recipient<crate::trust::ask::AskConsent>>,
 }
 
 impl RunSession {
@@ -49,7 +51,7 @@ impl RunSession {
     pub fn new(session: Arc<str>, run: RunState, opened: Opened, step_budget: u64) -> Self {
         let scope = Scope { session: session.clone(), run: run.run_id.as_str().into() };
         let resumed = (opened != Opened::New).then_some(opened);
-        Self { session, skill_read: false, run, resumed, next_body: 0, step_budget, scope }
+        Self { session, skill_read: false, run, resumed, next_body: 0, step_budget, scope, consent: None }
     }
 
     /// The session and its current run, for its events.
@@ -197,6 +199,7 @@ fn arrive_run_code(app: &Rc<App>, s: &mut RunSession, args: &RawValue, cancel: C
     let number = s.next_body;
     let app = app.clone();
     let scope = s.scope().clone();
+    let consent = s.consent.clone();
     Box::pin(async move {
         // The body's `gm` names the child servers' tools: wait until they have all started or
         // failed.
@@ -205,7 +208,7 @@ fn arrive_run_code(app: &Rc<App>, s: &mut RunSession, args: &RawValue, cancel: C
             () = cancel.cancelled() => return Err(VerbError::Cancelled.to_json()),
             () = app.ctx.children.ready() => {}
         }
-        body::run_code(&app, code, budget, number, cancel, scope).await
+        body::run_code(&app, code, budget, number, cancel, scope, consent).await
     })
 }
 

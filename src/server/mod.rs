@@ -31,6 +31,7 @@ use crate::app::{App, Conn};
 use crate::protocol::jsonrpc::{self, Message, RpcError};
 use crate::protocol::mcp;
 use crate::run::RunSession;
+use crate::trust::ask::{AskConsent, Consent};
 use crate::verbs;
 use crate::worker::{SessionEnded, SessionLeaving, Stop, Worker};
 
@@ -59,6 +60,13 @@ struct Session {
     end_reason: Option<Value>,
     /// [`Server::finish_end`] ran.
     ended: bool,
+    /// The client declared the `elicitation` capability: gm may ask its user.
+    elicitation: bool,
+    /// Questions sent to the client, by request id: the server asked about, and who waits.
+    asks: HashMap<String, (String, Vec<futures::channel::oneshot::Sender<Consent>>)>,
+    next_ask: u64,
+    /// Servers this session's user declined: not asked again.
+    declined: std::collections::HashSet<String>,
 }
 
 #[derive(Clone)]
@@ -111,6 +119,10 @@ impl Server {
             opened: Instant::now(),
             end_reason: None,
             ended: false,
+            elicitation: false,
+            asks: HashMap::new(),
+            next_ask: 0,
+            declined: std::collections::HashSet::new(),
         };
         Self { app, conn: Rc::new(conn), session, worker, stdio }
     }
@@ -226,7 +238,10 @@ impl Server {
     fn dispatch(&mut self, v: Value, ctx: &mut Context<Self>) -> Reply {
         match jsonrpc::classify(v) {
             Message::Invalid { id, error } => Reply::Now(Some(jsonrpc::error(&id, &error))),
-            Message::Response => Reply::Now(None),
+            Message::Response { id, result } => {
+                self.on_response(&id, result.as_ref());
+                Reply::Now(None)
+            }
             Message::Notification { method, params } => {
                 self.on_notification(&method, &params, ctx);
                 Reply::Now(None)
@@ -283,6 +298,50 @@ impl Server {
 
 impl Actor for Server {
     type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        // Bodies of this session ask their user through it.
+        self.session.run.consent = Some(ctx.address().recipient());
+    }
+}
+
+impl Server {
+    /// A client's answer to a question gm asked.
+    fn on_response(&mut self, id: &Value, result: Option<&Value>) {
+        let Some(key) = id.as_str() else { return };
+        let Some((server, waiting)) = self.session.asks.remove(key) else { return };
+        let consent = crate::trust::ask::consent_of(result);
+        if consent == Consent::Declined {
+            self.session.declined.insert(server.clone());
+        }
+        self.log("consent", json!({ "server": server, "answer": if consent == Consent::Approved { "approved" } else { "declined" } }));
+        for tx in waiting {
+            let _ = tx.send(consent.clone());
+        }
+    }
+}
+
+impl Handler<AskConsent> for Server {
+    type Result = ResponseFuture<Consent>;
+    fn handle(&mut self, msg: AskConsent, _: &mut Context<Self>) -> Self::Result {
+        let server = msg.pending.name.clone();
+        if !self.session.elicitation || self.session.declined.contains(&server) || self.session.ending.is_some() {
+            return Box::pin(futures::future::ready(Consent::NotAsked));
+        }
+        let (tx, rx) = futures::channel::oneshot::channel();
+        // A second call to the same server while the question is open waits for its answer.
+        if let Some((_, waiting)) = self.session.asks.values_mut().find(|(s, _)| *s == server) {
+            waiting.push(tx);
+        } else {
+            self.session.next_ask += 1;
+            let id = format!("gm-consent-{}", self.session.next_ask);
+            let params = crate::trust::ask::request_params(&msg.pending, &self.app.ctx.workspace);
+            self.session.asks.insert(id.clone(), (server.clone(), vec![tx]));
+            self.log("consent", json!({ "server": server, "asked": id }));
+            self.send(json!({ "jsonrpc": "2.0", "id": id, "method": "elicitation/create", "params": params }));
+        }
+        Box::pin(async move { rx.await.unwrap_or(Consent::NotAsked) })
+    }
 }
 
 impl Handler<Incoming> for Server {

@@ -63,6 +63,7 @@ impl Server {
                 let version = mcp::negotiate(requested);
                 self.session.protocol = Some(version);
                 self.session.client = params.get("clientInfo").cloned();
+                self.session.elicitation = params.pointer("/capabilities/elicitation").is_some_and(Value::is_object);
                 self.log(
                     "initialize",
                     json!({ "requested": requested, "protocolVersion": version, "client": params.get("clientInfo") }),

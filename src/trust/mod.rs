@@ -8,6 +8,7 @@
 //! `defaults/mcp.json` (shipped with gm) and the `--mcp-config` file (named by the user) need
 //! no approval.
 
+pub mod ask;
 pub mod cli;
 pub mod entry;
 pub mod store;

@@ -41,19 +41,22 @@ def _gm_binary_exists() -> None:
 
 
 @asynccontextmanager
-async def gm_client(workspace: Path, *extra_args: str, mode: str = "auto") -> AsyncIterator[Client]:
-    """One stdio connection to a fresh `gm serve` on `workspace`; the connect is bounded by 30 s."""
+async def gm_client(
+    workspace: Path, *extra_args: str, mode: str = "auto", env: dict[str, str] | None = None, **client: Any
+) -> AsyncIterator[Client]:
+    """One stdio connection to a fresh `gm serve` on `workspace`; the connect is bounded by 30 s.
+    `env` adds to gm's environment; `client` goes to the SDK's Client (callbacks)."""
     params = StdioServerParameters(
         command=GM_BIN,
         args=["serve", *extra_args, "--workspace", str(workspace)],
         cwd=str(workspace),
         # A short idle grace: the workers of finished tests do not pile up.
-        env={**os.environ, "GM_DEFAULTS_DIR": NO_CHILD_SERVERS, "GM_WORKER_IDLE_MS": "3000"},
+        env={**os.environ, "GM_DEFAULTS_DIR": NO_CHILD_SERVERS, "GM_WORKER_IDLE_MS": "3000", **(env or {})},
     )
     # The deadline scope encloses the whole `async with`, so anyio's cancel scopes nest properly
     # (the client's transport task group lives inside it); it is lifted once the connect is done.
     with anyio.fail_after(CONNECT_TIMEOUT_S) as deadline:
-        async with Client(params, mode=mode, read_timeout_seconds=CALL_TIMEOUT_S) as client:
+        async with Client(params, mode=mode, read_timeout_seconds=CALL_TIMEOUT_S, **client) as client:
             deadline.deadline = math.inf
             yield client
 
