@@ -14,8 +14,8 @@ use serde_json::{json, Value};
 
 use crate::children::ChildTool;
 use crate::trust::ask::{AskConsent, Consent};
-use actix::Recipient;
 use crate::verbs::{self, Ctx, Json, VerbError};
+use actix::Recipient;
 
 /// The fields of a `code-call` event, written to the log without building a JSON value.
 #[derive(serde::Serialize)]
@@ -120,7 +120,8 @@ impl JsHost for Host {
         // waiting for it, but the call still ends (a cancellable one at once) and is logged.
         let task = tokio::spawn(async move {
             let started = Instant::now();
-            let child = if verbs::find(&name).is_some() { None } else { child_tool(&ctx, &name, consent.as_ref()).await };
+            let child =
+                if verbs::find(&name).is_some() { None } else { child_tool(&ctx, &name, consent.as_ref()).await };
             let (result, in_flight) = match &child {
                 None => {
                     let called = verbs::call(ctx.clone(), &name, &args).await;

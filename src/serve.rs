@@ -255,6 +255,7 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
                 step_budget: opts.step_budget,
                 max_line_bytes: opts.max_line_bytes,
                 worker: settings,
+                notes: Vec::new(),
             };
             let out = StdoutWriter::default().start().recipient();
             let server = worker

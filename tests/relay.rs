@@ -23,6 +23,17 @@ fn worker_pid(log: &Path, n: usize) -> u32 {
     }
 }
 
+/// A call made just after a kill: written in the instant the worker was dying it is answered
+/// `worker_restarted` (and did not run); then it is made again.
+fn ok_after_a_death(gm: &mut Gm, tool: &str, args: Value) -> Value {
+    let r = gm.call(tool, args.clone());
+    if r["structuredContent"]["error"]["code"] == "worker_restarted" {
+        return gm.call_ok(tool, args);
+    }
+    assert_eq!(r["isError"], false, "{r}");
+    r["structuredContent"].clone()
+}
+
 fn kill9(pid: u32) {
     // SAFETY: kill(2) on a worker pid this test read from the log.
     assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0, "kill -9 {pid}");
@@ -315,4 +326,104 @@ fn the_calls_of_a_batch_in_flight_are_each_answered_when_the_worker_dies() {
     assert_eq!(seen[&71]["result"]["structuredContent"]["error"]["code"], "worker_restarted", "{:?}", seen[&71]);
     assert_eq!(seen[&72]["error"]["data"]["code"], "worker_restarted", "{:?}", seen[&72]);
     assert_eq!(gm.js("return 'on';"), "on");
+}
+
+/// A build folder whose `gm --version` answers as `version` but that cannot serve: it prints
+/// an error and exits when started as a worker (a build that passed the Updater's check and
+/// still fails, say on a library it loads later).
+fn broken_build(dir: &Path, version: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir).unwrap();
+    let script = format!(
+        "#!/bin/sh\nif [ \"$1\" = --version ]; then echo \"gm {version}\"; exit 0; fi\necho 'gm: cannot load libfuture.so' >&2\nexit 1\n"
+    );
+    std::fs::write(dir.join("gm"), script).unwrap();
+    std::fs::set_permissions(dir.join("gm"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let info = gm_actors::builds::BuildInfo {
+        version: version.into(),
+        target: gm_actors::builds::TARGET.into(),
+        release: false,
+    };
+    std::fs::write(dir.join("build.json"), serde_json::to_string(&info).unwrap()).unwrap();
+}
+
+#[test]
+fn an_update_that_cannot_start_a_worker_is_rolled_back_to_the_previous_build() {
+    let home = tempfile::tempdir().unwrap();
+    let root = home.path().join(".gmnew");
+    build_of_this_gm(&home.path().join("a"), "0.0.1");
+    gm_actors::builds::stage(&home.path().join("a"), &root).unwrap();
+
+    let workspace = tempfile::tempdir().unwrap();
+    let mut cmd = std::process::Command::new(gm_actors::builds::current_exe_path(&root));
+    cmd.arg("serve")
+        .current_dir(workspace.path())
+        .env("HOME", home.path())
+        .env("GM_DEFAULTS_DIR", common::no_child_servers())
+        .env("GM_WORKER_IDLE_MS", common::TEST_IDLE_MS);
+    let client = gm_actors::mcp_client::stdio::StdioClient::spawn(cmd, gm_actors::mcp_client::stdio::Stderr::Inherit)
+        .expect("spawn the installed gm");
+    let mut gm = Gm::from_client(client, workspace.path());
+    gm.ready();
+    gm.call_ok("next_context", json!({ "task": "outlive a bad update" }));
+    let log = workspace.path().join(".gm/log.jsonl");
+
+    // The Updater stages a build that passes its --version check but cannot serve.
+    broken_build(&home.path().join("b"), "0.0.2");
+    gm_actors::updater::state::record_staged(&root, "0.0.2").unwrap();
+    gm_actors::builds::stage_update(&home.path().join("b"), &root).unwrap();
+    assert_eq!(gm_actors::builds::current_version(&root).as_deref(), Some("0.0.2"));
+
+    // The worker dies; the next start runs current: twice it fails, then the relay goes back.
+    kill9(worker_pid(&log, 0));
+    let step = ok_after_a_death(&mut gm, "next_context", json!({}));
+    assert_eq!((step["task"].as_str(), step["step"].as_u64()), (Some("outlive a bad update"), Some(2)), "{step}");
+    assert_eq!(gm_actors::builds::current_version(&root).as_deref(), Some("0.0.1"), "current is back");
+    let bad = gm_actors::updater::state::bad(&root, "0.0.2").expect("the version is remembered as bad");
+    assert!(bad.causes.iter().all(|c| c.contains("cannot load libfuture.so")), "{bad:?}");
+    let rolled = gm.events_of("update").into_iter().find(|e| e["status"] == "rolled-back").expect("logged");
+    assert_eq!((rolled["from"].as_str(), rolled["to"].as_str()), (Some("0.0.2"), Some("0.0.1")), "{rolled}");
+    assert_eq!(rolled["causes"].as_array().map(Vec::len), Some(2), "{rolled}");
+    let exes: Vec<String> =
+        gm.events_of("start").iter().map(|e| e["exe"].as_str().unwrap_or_default().to_string()).collect();
+    assert!(exes.iter().all(|e| e.ends_with("versions/0.0.1/gm")), "only the good build ever served: {exes:?}");
+}
+
+/// `gm serve` in `ws` with `args`, its stdin held open as a host's is: its exit status and
+/// stderr, which must come within 2 s.
+fn serve_that_cannot_start(ws: &Path, args: &[&str]) -> (Option<i32>, String) {
+    let mut child = common::gm_command()
+        .arg("serve")
+        .args(args)
+        .current_dir(ws)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let _held_open = child.stdin.take();
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            let mut err = String::new();
+            std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut err).expect("read");
+            return (status.code(), err);
+        }
+        assert!(started.elapsed() < Duration::from_secs(2), "gm serve stayed up with a worker that cannot start");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_worker_that_cannot_start_stops_gm_serve_with_its_message() {
+    let ws = tempfile::tempdir().unwrap();
+    let (code, err) = serve_that_cannot_start(ws.path(), &["--mcp-config", "/no/such/servers.json"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("/no/such/servers.json"), "{err}");
+    // One the worker itself meets: a run log it cannot open.
+    std::fs::create_dir_all(ws.path().join(".gm/log.jsonl")).unwrap();
+    let (code, err) = serve_that_cannot_start(ws.path(), &[]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("cannot open the run log") && err.contains("log.jsonl"), "{err}");
+    assert_eq!(err.matches("cannot open the run log").count(), 1, "said once: {err}");
 }

@@ -160,6 +160,9 @@ mod tests {
 
     #[test]
     fn replies_from_the_client_are_recognised() {
-        assert_eq!(msg(r#"{"jsonrpc":"2.0","id":3,"result":{}}"#), Message::Response { id: json!(3), result: Some(json!({})) });
+        assert_eq!(
+            msg(r#"{"jsonrpc":"2.0","id":3,"result":{}}"#),
+            Message::Response { id: json!(3), result: Some(json!({})) }
+        );
     }
 }

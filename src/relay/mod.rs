@@ -17,6 +17,7 @@
 mod connect;
 mod lines;
 pub mod peek;
+mod rollback;
 
 use gm_actors::sys::local::Stream as UnixStream;
 use std::collections::HashMap;
@@ -213,6 +214,10 @@ struct Relay {
     /// Calls sent to the worker and not answered yet, by [`id_key`].
     inflight: Mutex<HashMap<String, Call>>,
     handshake: Mutex<Handshake>,
+    /// Events for the next worker to log (a rollback), sent in the next hello.
+    notes: Mutex<Vec<Value>>,
+    /// Messages of the workers that failed to start, in a row.
+    failed_starts: Mutex<Vec<String>>,
     host_out: Mutex<std::io::Stdout>,
     host_closed: AtomicBool,
     /// A signal ended the relay (its number), or 0.
@@ -240,6 +245,7 @@ impl Relay {
                 // The worker resolves it against the relay's folder: give it whole.
                 mcp_config: opts.mcp_config.map(|p| std::path::absolute(&p).unwrap_or(p)),
             },
+            notes: Vec::new(),
         };
         Relay {
             finder: Finder { files, exe: worker_exe(), serve_args: opts.serve_args, reaped: Default::default() },
@@ -248,13 +254,16 @@ impl Relay {
             pipe: Mutex::new(Pipe { writer: None, generation: 0, dead: None }),
             inflight: Mutex::new(HashMap::new()),
             handshake: Mutex::new(Handshake::default()),
+            notes: Mutex::new(Vec::new()),
+            failed_starts: Mutex::new(Vec::new()),
             host_out: Mutex::new(std::io::stdout()),
             host_closed: AtomicBool::new(false),
             signalled: AtomicI32::new(0),
         }
     }
 
-    /// The first connection: a worker that cannot start ends the relay with its message.
+    /// The first connection: a worker that cannot start ends the relay with its message
+    /// (unless it is an update that can be rolled back).
     fn connect_first(&self) -> Result<Connection, ConnectError> {
         let mut attempts = 0;
         loop {
@@ -262,14 +271,44 @@ impl Relay {
             if deaths.len() >= MAX_CRASHES {
                 return Err(ConnectError::Other(self.gave_up_message(&deaths)));
             }
-            match self.finder.connect(&self.hello, deaths.len()) {
+            match self.connect(deaths.len()) {
                 // Refused while another worker was leaving, a socket gone stale: try again.
                 Err(ConnectError::Refused(_) | ConnectError::Other(_)) if attempts < 3 => {
                     attempts += 1;
                     std::thread::sleep(Duration::from_millis(100));
                 }
+                Err(ConnectError::Startup { message }) if rollback::is_update(&self.finder.exe) => {
+                    eprintln!("gm: {message}");
+                }
                 other => return other,
             }
+        }
+    }
+
+    /// Connects, saying hello with the notes waiting for a worker to log. A start that fails
+    /// is counted; two in a row of a build the Updater staged roll it back.
+    fn connect(&self, restarts: usize) -> Result<Connection, ConnectError> {
+        let mut hello = self.hello.clone();
+        hello.notes = lock(&self.notes).clone();
+        match self.finder.connect(&hello, restarts) {
+            Ok(conn) => {
+                lock(&self.notes).clear();
+                lock(&self.failed_starts).clear();
+                Ok(conn)
+            }
+            Err(ConnectError::Startup { message }) => {
+                let causes = {
+                    let mut failed = lock(&self.failed_starts);
+                    failed.push(message.clone());
+                    (failed.len() >= rollback::FAILED_STARTS).then(|| std::mem::take(&mut *failed))
+                };
+                if let Some(note) = causes.and_then(|causes| rollback::roll_back(&self.finder.exe, &causes)) {
+                    eprintln!("gm: the build the update staged did not start twice; {} runs again", note["to"]);
+                    lock(&self.notes).push(note);
+                }
+                Err(ConnectError::Startup { message })
+            }
+            Err(e) => Err(e),
         }
     }
 
@@ -484,7 +523,7 @@ impl Relay {
                     return Ended::GaveUp;
                 }
                 std::thread::sleep(BACKOFF[deaths.len().min(BACKOFF.len() - 1)]);
-                match self.finder.connect(&self.hello, deaths.len()) {
+                match self.connect(deaths.len()) {
                     Ok(mut conn) => match self.replay(&mut conn) {
                         Ok(()) => {
                             reader = conn.reader;
@@ -744,5 +783,111 @@ fn watch_stop_signals(relay: Arc<Relay>) {
     });
     if let Err(e) = spawned {
         eprintln!("gm: cannot watch for signals in the relay: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{BufRead, Read};
+
+    fn relay(dir: &std::path::Path) -> Arc<Relay> {
+        let opts = RelayOptions {
+            serve_args: Vec::new(),
+            workspace: dir.to_owned(),
+            surface: Surface::Code,
+            max_line_bytes: 1 << 20,
+            page_size: 100,
+            step_budget: 10,
+            max_inflight: 8,
+            mcp_config: None,
+        };
+        Arc::new(Relay::new(opts, dir.to_owned()))
+    }
+
+    /// `n` tools/call lines of about `size` bytes, ids 0..n, noted as the host's side notes them.
+    fn calls(relay: &Relay, n: usize, size: usize) -> Outgoing {
+        let mut out = Outgoing::default();
+        for id in 0..n {
+            let line = format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"stat_file","arguments":{{"path":"{}"}}}}}}"#,
+                "x".repeat(size)
+            );
+            let mut notes = Outgoing::default();
+            relay.note(Peek::of(line.as_bytes()), line.as_bytes(), &mut notes);
+            out.calls.extend(notes.calls.drain(..).map(|(_, key, call)| (id, key, call)));
+            out.bytes.extend_from_slice(line.as_bytes());
+            out.bytes.push(b'\n');
+            out.ends.push(out.bytes.len());
+        }
+        out
+    }
+
+    fn ids(text: &[u8]) -> Vec<u64> {
+        text.split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_slice::<Value>(l).expect("whole lines")["id"].as_u64().expect("id"))
+            .collect()
+    }
+
+    #[test]
+    fn a_write_that_fails_part_way_resends_only_the_lines_the_dead_worker_never_took() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let relay = relay(dir.path());
+        let (ours, mut dead) = UnixStream::pair().expect("pair");
+        lock(&relay.pipe).writer = Some(ours);
+        // Far more than a socket's buffers hold: the write blocks, then fails.
+        let batch = calls(&relay, 500, 4000);
+        let sender = {
+            let relay = relay.clone();
+            std::thread::spawn(move || relay.send_to_worker(&batch))
+        };
+        // The worker reads three lines and dies.
+        let mut read = vec![0u8; 3 * 4100];
+        dead.read_exact(&mut read).expect("the first lines");
+        drop(dead);
+        // The next worker: the relay's lock is held until the write failed.
+        let (ours, next) = UnixStream::pair().expect("pair");
+        {
+            let mut pipe = lock(&relay.pipe);
+            pipe.writer = Some(ours);
+            pipe.generation += 1;
+        }
+        let received = std::thread::spawn(move || {
+            let mut all = Vec::new();
+            std::io::BufReader::new(next).read_to_end(&mut all).expect("read");
+            all
+        });
+        sender.join().expect("the sender ends");
+        lock(&relay.pipe).writer = None;
+        let resent = ids(&received.join().expect("reader"));
+        let first = *resent.first().expect("some lines waited for the next worker");
+        assert!(first > 3, "lines the dead worker's socket took whole are not sent twice: first resent {first}");
+        assert_eq!(resent, (first..500).collect::<Vec<_>>(), "every later line, whole, in order");
+        // Every call is in flight: the first ones to be answered as lost, the rest on the new worker.
+        assert_eq!(lock(&relay.inflight).len(), 500);
+    }
+
+    #[test]
+    fn a_cancelled_call_leaves_the_calls_in_flight_whatever_the_id_is_written_as() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let relay = relay(dir.path());
+        let (ours, theirs) = UnixStream::pair().expect("pair");
+        lock(&relay.pipe).writer = Some(ours);
+        let drain = std::thread::spawn(move || std::io::BufReader::new(theirs).lines().count());
+        relay.send_to_worker(&calls(&relay, 2, 10));
+        assert_eq!(lock(&relay.inflight).len(), 2);
+        let cancel =
+            br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1.0,"reason":"no"}}"#;
+        let mut out = Outgoing::default();
+        relay.note(Peek::of(cancel), cancel, &mut out);
+        out.bytes.extend_from_slice(cancel);
+        out.bytes.push(b'\n');
+        out.ends.push(out.bytes.len());
+        relay.send_to_worker(&out);
+        let left: Vec<String> = lock(&relay.inflight).values().map(|c| c.raw_id.clone()).collect();
+        assert_eq!(left, ["0"], "the cancelled call 1 will not be answered later as lost");
+        lock(&relay.pipe).writer = None;
+        assert_eq!(drain.join().expect("drain"), 3);
     }
 }

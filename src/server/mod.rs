@@ -314,7 +314,10 @@ impl Server {
         if consent == Consent::Declined {
             self.session.declined.insert(server.clone());
         }
-        self.log("consent", json!({ "server": server, "answer": if consent == Consent::Approved { "approved" } else { "declined" } }));
+        self.log(
+            "consent",
+            json!({ "server": server, "answer": if consent == Consent::Approved { "approved" } else { "declined" } }),
+        );
         for tx in waiting {
             let _ = tx.send(consent.clone());
         }

@@ -76,7 +76,10 @@ mod tests {
     fn only_an_accept_that_keeps_approve_approves() {
         assert_eq!(consent_of(Some(&json!({ "action": "accept", "content": { "approve": true } }))), Consent::Approved);
         assert_eq!(consent_of(Some(&json!({ "action": "accept" }))), Consent::Approved);
-        assert_eq!(consent_of(Some(&json!({ "action": "accept", "content": { "approve": false } }))), Consent::Declined);
+        assert_eq!(
+            consent_of(Some(&json!({ "action": "accept", "content": { "approve": false } }))),
+            Consent::Declined
+        );
         assert_eq!(consent_of(Some(&json!({ "action": "decline" }))), Consent::Declined);
         assert_eq!(consent_of(Some(&json!({ "action": "cancel" }))), Consent::Declined);
         assert_eq!(consent_of(None), Consent::Declined);

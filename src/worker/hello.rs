@@ -34,6 +34,10 @@ pub struct Hello {
     /// What the relay's command line asked of the worker itself; a worker that is already
     /// running keeps its own and says where they differ.
     pub worker: WorkerSettings,
+    /// Events the relay has to report and cannot log itself (the log has one writer): each
+    /// `{ "kind": ..., fields... }`, logged by the worker as the session's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<serde_json::Value>,
 }
 
 /// A gm process: its pid, version and binary.

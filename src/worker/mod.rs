@@ -226,6 +226,13 @@ impl Worker {
             )
             .in_scope(Some(&scope)),
         );
+        for note in &hello.notes {
+            let mut fields = note.clone();
+            let kind = fields.as_object_mut().and_then(|m| m.remove("kind"));
+            if let Some(kind) = kind.as_ref().and_then(Value::as_str) {
+                self.log(Event::new(kind, fields).in_scope(Some(&scope)));
+            }
+        }
         for why in problems {
             self.log(
                 Event::new("run-state", json!({ "state": "unreadable", "error": why, "then": "left as it is" }))
