@@ -410,6 +410,9 @@ impl Children {
                 self.log("mcp-server", json!({ "name": server, "state": "starting", "attempt": attempt }));
             }
             ClientEvent::Ready { server, session } => {
+                if !self.workspace.as_os_str().is_empty() {
+                    crate::child_groups::ChildGroups::of(&self.workspace.join(".gm")).record(session.conn.pgid());
+                }
                 let ignore = {
                     let mut servers = lock(&self.servers);
                     let Some(s) = servers.get_mut(&server) else { return };

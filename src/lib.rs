@@ -9,6 +9,7 @@
 pub mod app;
 pub mod bench;
 pub mod blobs;
+pub mod child_groups;
 pub mod children;
 pub mod dist;
 pub mod docs;

@@ -184,6 +184,12 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
         let skills = Arc::new(Skills::locate());
         let jobs = Jobs::new(state_dir.join("jobs")).start();
         let watcher = start_watcher(&workspace, &state_dir, log.clone());
+        // What the child servers of a worker that was killed started is ended before this
+        // worker starts its own.
+        let leftovers = crate::child_groups::ChildGroups::of(&state_dir).end_leftovers();
+        if !leftovers.is_empty() {
+            log.do_send(Event::new("mcp-server", json!({ "state": "leftovers-ended", "groups": leftovers })));
+        }
         let ctx = Ctx::new(Shared {
             search: start_search(&workspace, &state_dir, &watcher),
             calls: start_calls(&workspace, &state_dir, &watcher),

@@ -480,3 +480,43 @@ fn zombie(pid: i32) -> bool {
         .and_then(|s| s.rfind(')').map(|i| s[i + 2..].starts_with('Z')))
         .unwrap_or(false)
 }
+
+#[test]
+fn a_killed_workers_child_servers_go_with_it_even_one_that_ignores_eof() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = dir.path().canonicalize().expect("canonical");
+    let grandchild_file = ws.join("grandchild.pid");
+    configure(
+        &ws,
+        json!({ "t": entry(&["--ignore-eof", "--grandchild", grandchild_file.to_str().expect("utf-8")], json!({})) }),
+    );
+    common::approve_workspace_servers(&ws);
+    let home = common::trust_home();
+    let mut gm = serve(&ws, &[("HOME", home.to_str().expect("utf-8"))]);
+    let server = gm.js("return (await gm.t_pid({})).structuredContent.pid").as_i64().expect("pid") as i32;
+    let grandchild: i32 = std::fs::read_to_string(&grandchild_file).expect("grandchild").trim().parse().expect("pid");
+    // SAFETY: signal 0 only checks that the process exists.
+    let alive = |pid: i32| unsafe { libc::kill(pid, 0) == 0 } && !zombie(pid);
+    assert!(alive(server) && alive(grandchild));
+
+    common::kill_worker(&ws);
+    let until = Instant::now() + Duration::from_secs(5);
+    while alive(server) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!alive(server), "the child server outlived its worker");
+    // The next worker ends what the dead worker's server started, then starts its own set.
+    let again = gm.js("return (await gm.t_pid({})).structuredContent.pid");
+    let again = match again.as_i64() {
+        Some(pid) => pid as i32,
+        None => panic!("{again}"),
+    };
+    assert_ne!(again, server);
+    let until = Instant::now() + Duration::from_secs(5);
+    while alive(grandchild) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!alive(grandchild), "what the dead worker's server started outlived it");
+    let ended = gm.events_of("mcp-server").into_iter().find(|e| e["state"] == "leftovers-ended").expect("logged");
+    assert_eq!(ended["groups"], json!([server]), "{ended}");
+}

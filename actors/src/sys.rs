@@ -484,6 +484,33 @@ pub mod local {
     }
 }
 
+/// Has the command's process killed when this process ends, however it ends (SIGKILL
+/// included): Linux's parent-death signal. The signal follows the thread that started the
+/// child, so start such children from a thread that lives as long as the process. Elsewhere
+/// nothing is done.
+pub fn die_with_parent(cmd: &mut std::process::Command) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::process::CommandExt;
+        let parent = std::process::id();
+        // SAFETY: prctl(2) and getppid(2) are async-signal-safe and touch no memory of the
+        // parent; _exit ends the child before exec if its parent is already gone.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::getppid() as u32 != parent {
+                    libc::_exit(1);
+                }
+                Ok(())
+            });
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = cmd;
+}
+
 /// The real user id of this process.
 #[cfg(unix)]
 pub fn current_uid() -> u32 {

@@ -4,6 +4,10 @@
 //!
 //!   mcp-test-server [--crash-before-init] [--crash-before-init-times FILE N] [--hang]
 //!                   [--garbage] [--pages] [--record FILE] [--name NAME] [--extra-tool NAME]...
+//!                   [--ignore-eof] [--grandchild FILE]
+//!
+//! `--ignore-eof` keeps it running after its stdin ends (a server whose loop is stuck);
+//! `--grandchild FILE` starts a `sleep` in its process group and writes that pid to FILE.
 //!
 //! Tools: echo (returns its arguments), sleep ({ ms }), fail (an isError result), crash (exits
 //! mid-call), env ({ name }: an environment variable), add_tool (adds `extra` and sends
@@ -24,6 +28,8 @@ struct Options {
     name: String,
     /// More tools named on the command line (`--extra-tool NAME`, repeatable), which echo.
     extra: Vec<String>,
+    ignore_eof: bool,
+    grandchild: Option<String>,
 }
 
 fn options() -> Options {
@@ -46,6 +52,8 @@ fn options() -> Options {
         record: value("--record"),
         name: value("--name").unwrap_or_else(|| "test".into()),
         extra: args.windows(2).filter(|w| w[0] == "--extra-tool").map(|w| w[1].clone()).collect(),
+        ignore_eof: args.iter().any(|a| a == "--ignore-eof"),
+        grandchild: value("--grandchild"),
     }
 }
 
@@ -59,6 +67,12 @@ fn main() {
     if opts.crash_before_init {
         eprintln!("crashing before initialize, as asked");
         std::process::exit(3);
+    }
+    if let Some(file) = &opts.grandchild {
+        // Inherits this server's process group, as what a server starts usually does.
+        if let Ok(child) = std::process::Command::new("sleep").arg("1000").spawn() {
+            let _ = std::fs::write(file, child.id().to_string());
+        }
     }
     let out = Arc::new(Mutex::new(std::io::stdout()));
     let send = {
@@ -180,6 +194,12 @@ fn main() {
             other => send(
                 json!({ "jsonrpc": "2.0", "id": id, "error": { "code": -32601, "message": format!("no method {other}") } }),
             ),
+        }
+    }
+    if opts.ignore_eof {
+        eprintln!("stdin ended; running on, as asked");
+        loop {
+            std::thread::sleep(Duration::from_secs(3600));
         }
     }
 }

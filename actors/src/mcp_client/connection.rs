@@ -85,6 +85,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Connection {
+    /// The child's process group (its pid).
+    pub fn pgid(&self) -> i32 {
+        self.pgid
+    }
+
     /// Starts the child in a process group of its own, with its stdin, stdout and stderr piped.
     pub fn spawn(
         server: &str,

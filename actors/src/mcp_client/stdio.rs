@@ -82,10 +82,12 @@ pub struct Process {
 }
 
 impl Process {
-    /// Starts `launch` with piped stdin and stdout, in a process group of its own.
+    /// Starts `launch` with piped stdin and stdout, in a process group of its own, dying with
+    /// the process that started it (a child server never outlives its worker, even one killed).
     pub fn spawn(launch: &Launch, stderr: Stderr) -> std::io::Result<Process> {
         let mut cmd = Command::new(&launch.command);
         cmd.args(&launch.args).envs(launch.env.iter().map(|(k, v)| (k, v))).current_dir(&launch.cwd);
+        crate::sys::die_with_parent(&mut cmd);
         Self::spawn_command(cmd, stderr)
     }
 
