@@ -257,16 +257,21 @@ fn a_60_mib_line_passes_through_the_relay_held_once() {
     assert!(grew < 90 * 1024, "the relay grew by {grew} KiB for a 60 MiB line (from {before} KiB)");
 }
 
-/// A build folder holding a copy of the gm under test, under its own version.
-fn build_of_this_gm(dir: &Path, version: &str) {
-    std::fs::create_dir_all(dir).unwrap();
-    std::fs::copy(common::gm_bin(), dir.join("gm")).unwrap();
+/// The `build.json` of a development build of `version` for this target.
+fn build_json(dir: &Path, version: &str) {
     let info = gm_actors::builds::BuildInfo {
         version: version.into(),
         target: gm_actors::builds::TARGET.into(),
         release: false,
     };
     std::fs::write(dir.join("build.json"), serde_json::to_string(&info).unwrap()).unwrap();
+}
+
+/// A build folder holding a copy of the gm under test, under its own version.
+fn build_of_this_gm(dir: &Path, version: &str) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::copy(common::gm_bin(), dir.join("gm")).unwrap();
+    build_json(dir, version);
 }
 
 #[test]
@@ -339,12 +344,7 @@ fn broken_build(dir: &Path, version: &str) {
     );
     std::fs::write(dir.join("gm"), script).unwrap();
     std::fs::set_permissions(dir.join("gm"), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let info = gm_actors::builds::BuildInfo {
-        version: version.into(),
-        target: gm_actors::builds::TARGET.into(),
-        release: false,
-    };
-    std::fs::write(dir.join("build.json"), serde_json::to_string(&info).unwrap()).unwrap();
+    build_json(dir, version);
 }
 
 #[test]

@@ -24,6 +24,17 @@ fn the_worker(log: &Path) -> u32 {
     starts[0]["pid"].as_u64().expect("pid") as u32
 }
 
+/// Two hosts' sessions in one new workspace, read gates open; the second with `b_args`.
+fn two_sessions(b_args: &[&str]) -> (tempfile::TempDir, std::path::PathBuf, Gm, Gm) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = dir.path().canonicalize().expect("canonical");
+    let mut a = Gm::start_in(&ws, &[], &[]);
+    a.ready();
+    let mut b = Gm::start_in(&ws, b_args, &[]);
+    b.ready();
+    (dir, ws, a, b)
+}
+
 fn gm_status(workspace: &Path) -> Value {
     let out = gm_command().args(["status", "--json"]).current_dir(workspace).output().expect("gm status runs");
     // 3: no worker serves the workspace.
@@ -135,12 +146,7 @@ fn three_sessions_share_one_worker_and_one_log_and_each_is_answered_only_its_own
 
 #[test]
 fn shells_of_two_sessions_never_overlap() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let ws = dir.path().canonicalize().expect("canonical");
-    let mut a = Gm::start_in(&ws, &[], &[]);
-    a.ready();
-    let mut b = Gm::start_in(&ws, &["--surface", "tools"], &[]);
-    b.ready();
+    let (_dir, ws, mut a, mut b) = two_sessions(&["--surface", "tools"]);
     let shell = |name: &str| {
         format!("echo start $(date +%s%N) >> {name}.times; sleep 0.4; echo end $(date +%s%N) >> {name}.times")
     };
@@ -182,12 +188,7 @@ fn an_edit_by_one_session_is_found_by_the_others_search_at_once() {
 
 #[test]
 fn a_killed_worker_answers_each_session_its_own_calls_and_both_runs_go_on() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let ws = dir.path().canonicalize().expect("canonical");
-    let mut a = Gm::start_in(&ws, &[], &[]);
-    a.ready();
-    let mut b = Gm::start_in(&ws, &[], &[]);
-    b.ready();
+    let (_dir, ws, mut a, mut b) = two_sessions(&[]);
     a.call_ok("next_context", json!({ "task": "a's task" }));
     b.call_ok("next_context", json!({ "task": "b's task" }));
     let log = ws.join(".gm/log.jsonl");
@@ -224,12 +225,7 @@ fn a_killed_worker_answers_each_session_its_own_calls_and_both_runs_go_on() {
 
 #[test]
 fn the_worker_leaves_after_the_idle_grace_once_every_host_has_gone() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let ws = dir.path().canonicalize().expect("canonical");
-    let mut a = Gm::start_in(&ws, &[], &[]);
-    a.ready();
-    let mut b = Gm::start_in(&ws, &[], &[]);
-    b.ready();
+    let (_dir, ws, mut a, mut b) = two_sessions(&[]);
     let worker = the_worker(&ws.join(".gm/log.jsonl"));
     a.close_stdin();
     assert_eq!(a.wait_exit(TIMEOUT).and_then(|s| s.code()), Some(0));
