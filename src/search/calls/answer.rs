@@ -113,6 +113,9 @@ pub struct OutlineSymbol {
     pub line: usize,
     pub end_line: usize,
     pub signature: String,
+    /// The type a method belongs to, when it is not nested in it (a Go method, `void T::f()`).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub owner: String,
     /// A declaration without a body (a prototype).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub declaration: bool,
@@ -203,10 +206,27 @@ fn shorten(s: &str, max: usize) -> String {
     }
 }
 
-/// A call's first line, as the reply shows it.
+/// A call as the reply shows it: its first line, up to the parenthesis that closes its
+/// arguments.
 fn snippet(workspace: &Path, rel: &str, start: u32) -> String {
     let text = read_at(workspace, rel, start, 640);
-    shorten(text.lines().next().unwrap_or("").trim(), 160)
+    let line = text.lines().next().unwrap_or("");
+    let mut depth = 0usize;
+    let mut end = line.len();
+    for (i, c) in line.char_indices() {
+        match c {
+            '(' | '[' | '{' => depth += 1,
+            ')' | ']' | '}' => {
+                if depth <= 1 {
+                    end = i + 1;
+                    break;
+                }
+                depth -= 1;
+            }
+            _ => {}
+        }
+    }
+    shorten(line[..end].trim(), 160)
 }
 
 /// A definition's signature: the line with its name, and the next ones while its
@@ -346,8 +366,8 @@ pub fn impact(store: &Store, symbol: &str, depth: usize, skipped: BTreeMap<Strin
     let (qualifier, name) = parse_symbol(symbol);
     let start = r.targets(&qualifier, name);
     // Nodes by qualified name: each with the definitions reached under it.
-    let start_label = match start.first() {
-        Some(at) if !qualifier.is_empty() => label(&r, *at),
+    let start_label = match start.as_slice() {
+        [one] => label(&r, *one),
         _ => name.to_owned(),
     };
     let mut nodes: BTreeMap<String, (String, usize, BTreeSet<At>)> =
@@ -436,6 +456,10 @@ pub fn outline(workspace: &Path, rel: &str, f: &FileFacts, offset: usize, limit:
             line: d.line as usize,
             end_line: d.end_line as usize,
             signature: sig(d.sig_start),
+            owner: match f.def(d.parent) {
+                Some(p) if p.kind.is_type() && f.str(p.name) == f.str(d.owner) => String::new(),
+                _ => f.str(d.owner).to_owned(),
+            },
             declaration: d.decl,
             within: (!parent_on_page && d.parent != NONE).then(|| f.qualified(d.parent)),
             children: children.into_iter().map(|(_, c)| c).collect(),

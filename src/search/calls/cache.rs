@@ -74,8 +74,9 @@ impl Drop for Saver {
     }
 }
 
-/// The cache file starts with this, then the format version (u32 LE), then the CRC-32 of the
-/// body (u32 LE); the body is the entries, bitcode-encoded. The checksum catches damage that
+/// The cache file starts with this, then the format version (u32 LE), the languages'
+/// fingerprint (u32 LE, see [`fingerprint`]), then the CRC-32 of the body (u32 LE); the body
+/// is the entries, bitcode-encoded. The checksum catches damage that
 /// would still decode (a flipped byte in a name), which would otherwise answer wrongly until
 /// the file changed.
 pub const MAGIC: &[u8; 8] = b"gm-calls";
@@ -83,13 +84,27 @@ pub const MAGIC: &[u8; 8] = b"gm-calls";
 /// bitcode dependency moves to another 0.x (its encoding may change between those): a cache of
 /// another version is ignored.
 pub const FORMAT_VERSION: u32 = 2;
-const HEADER_LEN: usize = 16;
+const HEADER_LEN: usize = 20;
+
+/// What the facts depend on besides the file: every language's extensions and queries. A gm
+/// whose queries changed (a new language, a fixed pattern) reads no cache of another's.
+pub fn fingerprint() -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    for l in super::lang::all() {
+        h.update(l.name.as_bytes());
+        for piece in l.extensions.iter().chain(l.interpreters).chain(l.query).chain(l.tags) {
+            h.update(piece.as_bytes());
+            h.update(b"\0");
+        }
+    }
+    h.finalize()
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
     #[error("call-site cache: {0}")]
     Io(#[from] std::io::Error),
-    #[error("the call-site cache is not of format version {FORMAT_VERSION}")]
+    #[error("the call-site cache is not of format version {FORMAT_VERSION} with these languages")]
     Version,
     #[error("the call-site cache is damaged (its checksum does not match)")]
     Checksum,
@@ -102,6 +117,7 @@ fn encode(entries: &[(String, Cached)]) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER_LEN + body.len());
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    out.extend_from_slice(&fingerprint().to_le_bytes());
     out.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
     out.extend_from_slice(&body);
     out
@@ -109,10 +125,13 @@ fn encode(entries: &[(String, Cached)]) -> Vec<u8> {
 
 fn decode(bytes: &[u8]) -> Result<HashMap<String, Cached>, CacheError> {
     let (header, body) = bytes.split_at_checked(HEADER_LEN).ok_or(CacheError::Version)?;
-    if header[..8] != MAGIC[..] || header[8..12] != FORMAT_VERSION.to_le_bytes() {
+    if header[..8] != MAGIC[..]
+        || header[8..12] != FORMAT_VERSION.to_le_bytes()
+        || header[12..16] != fingerprint().to_le_bytes()
+    {
         return Err(CacheError::Version);
     }
-    if header[12..] != crc32fast::hash(body).to_le_bytes() {
+    if header[16..] != crc32fast::hash(body).to_le_bytes() {
         return Err(CacheError::Checksum);
     }
     let entries: Vec<(String, Cached)> = bitcode::decode(body)?;

@@ -224,6 +224,13 @@ fn text<'a>(node: Node, src: &'a [u8]) -> &'a str {
     std::str::from_utf8(&src[node.byte_range()]).unwrap_or("")
 }
 
+/// A node's last line: the one before when it ends at the start of a line (a `#define`
+/// takes its line's newline).
+fn end_line(node: Node) -> u32 {
+    let (start, end) = (node.start_position(), node.end_position());
+    number(if end.column == 0 && end.row > start.row { end.row - 1 } else { end.row })
+}
+
 /// Where the line holding byte `at` starts.
 fn line_start(src: &[u8], at: usize) -> usize {
     memchr::memrchr(b'\n', &src[..at.min(src.len())]).map_or(0, |i| i + 1)
@@ -284,7 +291,7 @@ fn build(lang: &Lang, mut raw: Raw, src: &[u8], b: &mut Builder) -> Option<()> {
             name: b.intern(name)?,
             kind,
             line: number(d.node.start_position().row),
-            end_line: number(d.node.end_position().row),
+            end_line: end_line(d.node),
             sig_start: offset(line_start(src, d.name.start_byte())),
             parent,
             owner: b.intern(owner)?,

@@ -256,7 +256,7 @@ impl CallIndex {
             match reread {
                 Reread::Same { mtime_ns } => self.store.touch(&rel, mtime_ns),
                 Reread::Parsed(c) => {
-                    parsed += 1;
+                    parsed += usize::from(lang::by_name(&c.facts.lang).is_some());
                     self.store.insert(rel, c);
                 }
             }

@@ -119,32 +119,54 @@ impl<'a> Resolver<'a> {
         h
     }
 
-    /// A type, its bases (an inherited method is defined there) and the types derived from
-    /// it (an override may run instead), transitively.
-    pub fn related(&self, ty: &str) -> HashSet<String> {
+    /// The methods among `defs` a call on a `ty` may run: `ty`'s own or, when it has none,
+    /// the nearest base's that has one (inherited), and the overrides of the types derived
+    /// from it (dispatch may reach them).
+    fn owned_by(&self, defs: &[At], ty: &str) -> Vec<At> {
         let h = self.hierarchy();
-        let mut out: HashSet<String> = HashSet::from([ty.to_owned()]);
-        for map in [&h.bases, &h.derived] {
-            let mut frontier = vec![ty.to_owned()];
-            for _ in 0..MAX_DEPTH {
-                let next: Vec<String> = frontier
-                    .iter()
-                    .flat_map(|t| map.get(t).into_iter().flatten())
-                    .filter(|t| out.insert((*t).clone()))
-                    .cloned()
-                    .collect();
-                if next.is_empty() {
-                    break;
-                }
-                frontier = next;
+        let of = |types: &HashSet<String>| -> Vec<At> {
+            defs.iter().copied().filter(|at| types.contains(self.owner(*at))).collect()
+        };
+        let mut seen: HashSet<String> = HashSet::from([ty.to_owned()]);
+        let mut level = seen.clone();
+        let mut own = of(&level);
+        for _ in 0..MAX_DEPTH {
+            if !own.is_empty() {
+                break;
+            }
+            level = level
+                .iter()
+                .flat_map(|t| h.bases.get(t).into_iter().flatten())
+                .filter(|t| seen.insert((*t).clone()))
+                .cloned()
+                .collect();
+            if level.is_empty() {
+                break;
+            }
+            own = of(&level);
+        }
+        let mut derived = HashSet::new();
+        let mut frontier = vec![ty.to_owned()];
+        for _ in 0..MAX_DEPTH {
+            frontier = frontier
+                .iter()
+                .flat_map(|t| h.derived.get(t).into_iter().flatten())
+                .filter(|t| derived.insert((*t).clone()))
+                .cloned()
+                .collect();
+            if frontier.is_empty() {
+                break;
             }
         }
-        out
+        own.extend(of(&derived));
+        own
     }
 
-    fn owned_by(&self, defs: &[At], ty: &str) -> Vec<At> {
-        let related = self.related(ty);
-        defs.iter().copied().filter(|at| related.contains(self.owner(*at))).collect()
+    /// An interface nothing in the workspace says it implements (Go's are implemented
+    /// without saying so): a call through it may reach any method of the name.
+    fn unknown_implementors(&self, ty: &str) -> bool {
+        let interface = self.store.defs_named(ty).iter().any(|at| self.kind(*at) == Some(DefKind::Interface));
+        interface && !self.hierarchy().derived.contains_key(ty)
     }
 
     /// Whether a definition lives in `q`: a type or namespace around it, its file (`db` for
@@ -287,6 +309,9 @@ impl<'a> Resolver<'a> {
         // A receiver whose type the file says.
         if !call.recv_type.is_empty() {
             let ty = f.str(call.recv_type);
+            if self.unknown_implementors(ty) {
+                return guess(all);
+            }
             if self.is_type(ty) {
                 let owned = self.owned_by(&all, ty);
                 return if owned.is_empty() { guess(all) } else { known(owned) };
@@ -337,7 +362,7 @@ impl<'a> Resolver<'a> {
         let known = |defs: Vec<At>| Reach::Defs { defs: constructors_as_types(self, defs, callee), known: true };
         let segments: Vec<&str> = qualifier.split('.').collect();
         let first = segments[0];
-        let mut q = *segments.last().unwrap_or(&first);
+        let mut q: String = segments.last().copied().unwrap_or(first).to_owned();
         if let Some(imp) = f.imports.iter().find(|i| f.is(i.local, first)) {
             if imp.name.is_empty() {
                 // `import a.b as m; m.f()`: the module, and what follows it in the path.
@@ -348,17 +373,19 @@ impl<'a> Resolver<'a> {
                     std::iter::once(module).chain(segments[1..].iter().copied()).collect::<Vec<_>>().join(".")
                 };
                 let files = self.module_files(id, &full);
-                if files.is_empty() {
-                    return Reach::Outside;
+                if !files.is_empty() {
+                    let defs = self.defs_in_module(&files, callee, 4);
+                    return if defs.is_empty() { Reach::Outside } else { known(defs) };
                 }
-                let defs = self.defs_in_module(&files, callee, 4);
-                return if defs.is_empty() { Reach::Outside } else { known(defs) };
-            }
-            if segments.len() == 1 {
+                // No file by that path: a namespace (`namespace u = shop::util;`), named by
+                // its last part below.
+                q = full.rsplit(['.', ':', '/', '\\']).next().unwrap_or(&q).to_owned();
+            } else if segments.len() == 1 {
                 // `from m import Repo; Repo.load()`, `use a::Repo as R; R::new()`.
-                q = f.str(imp.name);
+                q = f.str(imp.name).to_owned();
             }
         }
+        let q = q.as_str();
         if self.is_type(q) {
             let owned = self.owned_by(&all, q);
             return if owned.is_empty() { Reach::Outside } else { known(owned) };
@@ -460,8 +487,9 @@ fn normalize(path: &str) -> String {
 /// package's own file in the directory `base` (`__init__.py`, `mod.rs`, `index.ts`).
 fn is_module_file(path: &str, base: &str) -> bool {
     let Some(rest) = path.strip_prefix(base) else { return false };
-    if !(base.is_empty() || path.len() > base.len()) {
-        return false;
+    if rest.is_empty() {
+        // Named with its extension: `./store.js`.
+        return true;
     }
     match rest.strip_prefix('/') {
         Some(file) => {
@@ -489,6 +517,7 @@ mod tests {
     #[test]
     fn module_files_are_matched_by_their_path() {
         assert!(is_module_file("src/db.ts", "src/db"));
+        assert!(is_module_file("src/db.js", "src/db.js"));
         assert!(is_module_file("src/db/index.ts", "src/db"));
         assert!(is_module_file("pkg/util/__init__.py", "pkg/util"));
         assert!(!is_module_file("src/dbx.ts", "src/db"));

@@ -146,7 +146,11 @@ fn a_damaged_truncated_or_other_version_cache_is_ignored_and_everything_parsed_a
     flipped[middle] ^= 0x55;
     let mut other_version = good.clone();
     other_version[8..12].copy_from_slice(&(FORMAT_VERSION + 1).to_le_bytes());
-    let damaged = [flipped, good[..good.len() / 2].to_vec(), other_version, b"gm".to_vec(), Vec::new()];
+    // Another gm's languages or queries: its facts may differ from what this one reads.
+    let mut other_languages = good.clone();
+    other_languages[12] ^= 0xff;
+    let damaged =
+        [flipped, good[..good.len() / 2].to_vec(), other_version, other_languages, b"gm".to_vec(), Vec::new()];
     for bad in damaged {
         std::fs::write(cache_file(dir.path()), &bad).expect("damage");
         let mut again = index(dir.path());
@@ -201,4 +205,27 @@ fn a_touch_during_a_session_is_not_parsed_again_but_a_same_size_edit_is() {
     let r = callers(&mut idx, "helper");
     assert_eq!(r.files_parsed, 1);
     assert_eq!(sites(&r), ["b.ts:2 in run"]);
+}
+
+#[test]
+fn zz_debug_dump() {
+    let Ok(p) = std::env::var("GM_DUMP") else { return };
+    let src = std::fs::read_to_string(&p).expect("read");
+    let f = facts(&p, &src);
+    for (a, b) in &f.bases {
+        eprintln!("base {} : {}", f.str(*a), f.str(*b));
+    }
+    for c in &f.calls {
+        eprintln!(
+            "call {} {:?} q={} t={} in {}",
+            f.str(c.callee),
+            c.kind,
+            f.str(c.qualifier),
+            f.str(c.recv_type),
+            enclosing(&f, c)
+        );
+    }
+    for i in &f.imports {
+        eprintln!("import {} = {} from {}", f.str(i.local), f.str(i.name), f.str(i.module));
+    }
 }

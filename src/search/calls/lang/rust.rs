@@ -31,7 +31,7 @@ const QUERY: &str = r#"
 (macro_definition name: (identifier) @name) @definition.macro
 (function_item name: (identifier) @name) @definition.function
 (function_signature_item name: (identifier) @name) @definition.function
-(impl_item type: [(type_identifier) @name (generic_type type: (type_identifier) @name) (scoped_type_identifier name: (type_identifier) @name)] trait: [(type_identifier) @base (generic_type type: (type_identifier) @base) (scoped_type_identifier name: (type_identifier) @base)]?) @definition.impl
+(impl_item trait: [(type_identifier) @base (generic_type type: (type_identifier) @base) (scoped_type_identifier name: (type_identifier) @base)]? type: [(type_identifier) @name (generic_type type: (type_identifier) @name) (scoped_type_identifier name: (type_identifier) @name)]) @definition.impl
 
 (call_expression function: (identifier) @name) @reference.call
 (call_expression function: (field_expression value: (_) @receiver field: (field_identifier) @name)) @reference.call
