@@ -206,26 +206,3 @@ fn a_touch_during_a_session_is_not_parsed_again_but_a_same_size_edit_is() {
     assert_eq!(r.files_parsed, 1);
     assert_eq!(sites(&r), ["b.ts:2 in run"]);
 }
-
-#[test]
-fn zz_debug_dump() {
-    let Ok(p) = std::env::var("GM_DUMP") else { return };
-    let src = std::fs::read_to_string(&p).expect("read");
-    let f = facts(&p, &src);
-    for (a, b) in &f.bases {
-        eprintln!("base {} : {}", f.str(*a), f.str(*b));
-    }
-    for c in &f.calls {
-        eprintln!(
-            "call {} {:?} q={} t={} in {}",
-            f.str(c.callee),
-            c.kind,
-            f.str(c.qualifier),
-            f.str(c.recv_type),
-            enclosing(&f, c)
-        );
-    }
-    for i in &f.imports {
-        eprintln!("import {} = {} from {}", f.str(i.local), f.str(i.name), f.str(i.module));
-    }
-}
