@@ -308,10 +308,16 @@ fn sites(r: &Resolver, names: &[String], targets: &[At], defined: bool, path: Op
             }
         }
     }
-    found.sort_by_key(|((id, ci), _)| {
-        let (path, f) = r.facts(*id).unwrap_or(("", EMPTY.get_or_init(FileFacts::default)));
-        let c = f.calls.get(*ci as usize);
-        (path.to_owned(), c.map_or(0, |c| c.line), c.map_or(0, |c| c.column))
+    // By path, line and column: the files' order is worked out once, then the sites sort by
+    // numbers (a kernel function has tens of thousands of call sites).
+    let mut files: Vec<u32> = found.iter().map(|((id, _), _)| *id).collect();
+    files.sort_unstable();
+    files.dedup();
+    files.sort_by_key(|id| r.facts(*id).map_or("", |(p, _)| p));
+    let rank: HashMap<u32, u32> = files.iter().enumerate().map(|(i, id)| (*id, i as u32)).collect();
+    found.sort_by_cached_key(|((id, ci), _)| {
+        let c = r.facts(*id).and_then(|(_, f)| f.calls.get(*ci as usize));
+        (rank.get(id).copied().unwrap_or(u32::MAX), c.map_or(0, |c| c.line), c.map_or(0, |c| c.column))
     });
     Sites { found, excluded }
 }
@@ -500,29 +506,35 @@ fn signature_in(source: &[u8], start: u32) -> String {
     shorten(&out, 240)
 }
 
-/// How a name matches a query: exactly, by prefix, or by its words.
-fn matches(name: &str, query: &str, query_lower: &str, query_words: &[String]) -> Option<(u8, &'static str)> {
+/// How a name matches a query: exactly, by prefix, or by its words. Run on every defined
+/// name of the tree (a million on a kernel), so it allocates nothing until the words test.
+fn matches(name: &str, query: &str, query_words: &[String]) -> Option<(u8, &'static str)> {
     if name == query {
         return Some((0, "exact"));
     }
-    let lower = name.to_lowercase();
-    if lower == query_lower {
+    if name.eq_ignore_ascii_case(query) {
         return Some((1, "exact"));
     }
     if name.starts_with(query) {
         return Some((2, "prefix"));
     }
-    if lower.starts_with(query_lower) {
+    if name.len() > query.len() && name.as_bytes()[..query.len()].eq_ignore_ascii_case(query.as_bytes()) {
         return Some((3, "prefix"));
     }
     // Cheap test first: every word of the query occurs in the name; then the real one.
-    if !query_words.is_empty() && query_words.iter().all(|w| lower.contains(w.as_str())) {
+    if !query_words.is_empty() && query_words.iter().all(|w| contains_ignore_case(name, w)) {
         let name_words = words(name);
         if query_words.iter().all(|w| name_words.contains(w)) {
             return Some((4, "parts"));
         }
     }
     None
+}
+
+/// Whether `hay` contains `needle` (lowercase) in any ASCII case.
+fn contains_ignore_case(hay: &str, needle: &str) -> bool {
+    let (hay, needle) = (hay.as_bytes(), needle.as_bytes());
+    needle.is_empty() || hay.windows(needle.len()).any(|w| w.eq_ignore_ascii_case(needle))
 }
 
 /// A query's words as `search` splits them, without the whole identifiers that are split
@@ -546,11 +558,10 @@ pub struct FindArgs<'a> {
 pub fn find(workspace: &Path, store: &Store, args: FindArgs, counts: Counts) -> FoundReply {
     let r = Resolver::new(store);
     let (qualifier, name) = parse_symbol(args.query);
-    let lower = name.to_lowercase();
     let query_words = parts(name);
     let mut hits: Vec<(u8, &'static str, At)> = Vec::new();
     for (defined, ats) in store.def_names() {
-        let Some((rank, how)) = matches(defined, name, &lower, &query_words) else { continue };
+        let Some((rank, how)) = matches(defined, name, &query_words) else { continue };
         for &at in ats {
             let Some((path, f)) = r.facts(at.0) else { continue };
             let Some(d) = f.def(at.1) else { continue };
@@ -616,7 +627,7 @@ mod tests {
 
     #[test]
     fn names_match_exactly_by_prefix_or_by_their_words() {
-        let q = |name: &str, query: &str| matches(name, query, &query.to_lowercase(), &parts(query)).map(|m| m.1);
+        let q = |name: &str, query: &str| matches(name, query, &parts(query)).map(|m| m.1);
         assert_eq!(q("getUserName", "getUserName"), Some("exact"));
         assert_eq!(q("getUserName", "getuser"), Some("prefix"));
         assert_eq!(q("getUserName", "user name"), Some("parts"));

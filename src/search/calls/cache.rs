@@ -2,7 +2,6 @@
 //! size, mtime and content hash they were read at, so that a new gm parses only what changed.
 //! It is written on a thread of its own, off every reply's path.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
@@ -75,15 +74,15 @@ impl Drop for Saver {
 }
 
 /// The cache file starts with this, then the format version (u32 LE), the languages'
-/// fingerprint (u32 LE, see [`fingerprint`]), then the CRC-32 of the body (u32 LE); the body
-/// is the entries, bitcode-encoded. The checksum catches damage that
+/// fingerprint (u32 LE, see [`fingerprint`]) and the number of parts (u32 LE); then each part:
+/// its length (u64 LE), its CRC-32 (u32 LE) and its entries, bitcode-encoded. The checksum catches damage that
 /// would still decode (a flipped byte in a name), which would otherwise answer wrongly until
 /// the file changed.
 pub const MAGIC: &[u8; 8] = b"gm-calls";
 /// Bump it when `Cached` or anything it holds changes, or what `extract` records, or when the
 /// bitcode dependency moves to another 0.x (its encoding may change between those): a cache of
 /// another version is ignored.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 const HEADER_LEN: usize = 20;
 
 /// What the facts depend on besides the file: every language's extensions and queries. A gm
@@ -112,30 +111,74 @@ pub enum CacheError {
     Decode(#[from] bitcode::Error),
 }
 
+/// The entries are saved in this many parts, each with its length and checksum, so that a
+/// new gm decodes them on every core.
+const PARTS: usize = 8;
+
 fn encode(entries: &[(String, Cached)]) -> Vec<u8> {
-    let body = bitcode::encode(entries);
-    let mut out = Vec::with_capacity(HEADER_LEN + body.len());
+    let size = entries.len().div_ceil(PARTS).max(1);
+    let mut out = Vec::new();
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
     out.extend_from_slice(&fingerprint().to_le_bytes());
-    out.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
-    out.extend_from_slice(&body);
+    out.extend_from_slice(&(PARTS as u32).to_le_bytes());
+    for i in 0..PARTS {
+        let part = entries.get(i * size..((i + 1) * size).min(entries.len())).unwrap_or(&[]);
+        let body = bitcode::encode(part);
+        out.extend_from_slice(&(body.len() as u64).to_le_bytes());
+        out.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+        out.extend_from_slice(&body);
+    }
     out
 }
 
-fn decode(bytes: &[u8]) -> Result<HashMap<String, Cached>, CacheError> {
-    let (header, body) = bytes.split_at_checked(HEADER_LEN).ok_or(CacheError::Version)?;
+fn decode(bytes: &[u8]) -> Result<Vec<(String, Cached)>, CacheError> {
+    let (header, mut rest) = bytes.split_at_checked(HEADER_LEN).ok_or(CacheError::Version)?;
     if header[..8] != MAGIC[..]
         || header[8..12] != FORMAT_VERSION.to_le_bytes()
         || header[12..16] != fingerprint().to_le_bytes()
+        || header[16..] != (PARTS as u32).to_le_bytes()
     {
         return Err(CacheError::Version);
     }
-    if header[16..] != crc32fast::hash(body).to_le_bytes() {
+    let mut parts = Vec::with_capacity(PARTS);
+    for _ in 0..PARTS {
+        let (len, after) = rest.split_at_checked(8).ok_or(CacheError::Checksum)?;
+        let (crc, after) = after.split_at_checked(4).ok_or(CacheError::Checksum)?;
+        let len = u64::from_le_bytes(len.try_into().map_err(|_| CacheError::Checksum)?);
+        let (body, after) = after
+            .split_at_checked(usize::try_from(len).map_err(|_| CacheError::Checksum)?)
+            .ok_or(CacheError::Checksum)?;
+        parts.push((crc, body));
+        rest = after;
+    }
+    if !rest.is_empty() {
         return Err(CacheError::Checksum);
     }
-    let entries: Vec<(String, Cached)> = bitcode::decode(body)?;
-    Ok(entries.into_iter().collect())
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, PARTS);
+    let decoded: Vec<Result<Vec<(String, Cached)>, CacheError>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = parts
+            .chunks(PARTS.div_ceil(threads))
+            .map(|mine| {
+                scope.spawn(move || {
+                    let mut out = Vec::new();
+                    for (crc, body) in mine {
+                        if crc[..] != crc32fast::hash(body).to_le_bytes() {
+                            return Err(CacheError::Checksum);
+                        }
+                        out.extend(bitcode::decode::<Vec<(String, Cached)>>(body)?);
+                    }
+                    Ok(out)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or(Err(CacheError::Checksum))).collect()
+    });
+    let mut entries = Vec::new();
+    for part in decoded {
+        entries.extend(part?);
+    }
+    Ok(entries)
 }
 
 /// Removes the temporary files of saves cut short (a gm that exited while its saving thread
@@ -152,7 +195,7 @@ pub fn remove_stale_temporaries(dir: &Path) {
     }
 }
 
-pub fn load(file: &Path) -> Result<HashMap<String, Cached>, CacheError> {
+pub fn load(file: &Path) -> Result<Vec<(String, Cached)>, CacheError> {
     decode(&std::fs::read(file)?)
 }
 

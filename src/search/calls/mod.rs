@@ -185,7 +185,7 @@ impl CallIndex {
     fn load(&mut self) {
         if !std::mem::replace(&mut self.loaded, true) {
             // No cache yet, one of another version or a damaged one: everything is parsed.
-            self.store = Store::from_map(load(&self.file).unwrap_or_default());
+            self.store = Store::from_entries(load(&self.file).unwrap_or_default());
             if let Some(dir) = self.file.parent() {
                 remove_stale_temporaries(dir);
             }
@@ -294,6 +294,7 @@ impl CallIndex {
             SymbolsOf::File(rel) => self.outline(&rel, msg.offset, msg.limit).map(SymbolsReply::Outline),
             SymbolsOf::Query { query, kind, path } => {
                 let (parsed, scanned) = self.fresh().map_err(SymbolsError::Internal)?;
+                self.store.list_constants();
                 let counts = self.counts(parsed, scanned);
                 let args = answer::FindArgs {
                     query: &query,

@@ -19,7 +19,7 @@ pub enum Reach {
     /// These definitions; `known` when the code determined them (a scope, an import, a typed
     /// receiver, a qualifier), not when they are every definition of the name (a receiver of
     /// unknown type).
-    Defs { defs: Vec<At>, known: bool },
+    Defs { defs: Rc<[At]>, known: bool },
     /// Nothing in the workspace: a library's function, a builtin, an outside type's method.
     Outside,
     /// A macro: counted as a call, never expanded, so never resolved.
@@ -40,7 +40,14 @@ pub struct Resolver<'a> {
     pub store: &'a Store,
     hierarchy: RefCell<Option<Rc<Hierarchy>>>,
     modules: RefCell<ModuleFiles>,
+    named: RefCell<HashMap<String, Rc<[At]>>>,
+    /// Bare calls' reach by (file, callee, the enclosing type): the same in every call.
+    bare: RefCell<rustc_hash::FxHashMap<(FileId, u32, u32), Reach>>,
+    aliases: RefCell<Option<Rc<Aliases>>>,
 }
+
+/// Renaming imports: original name -> the local names it is imported as.
+type Aliases = HashMap<String, Vec<String>>;
 
 /// The files of a module path, by (importing directory, module).
 type ModuleFiles = HashMap<(String, String), Rc<Vec<FileId>>>;
@@ -57,7 +64,14 @@ const MAX_DEPTH: usize = 16;
 
 impl<'a> Resolver<'a> {
     pub fn new(store: &'a Store) -> Self {
-        Self { store, hierarchy: RefCell::new(None), modules: RefCell::new(HashMap::new()) }
+        Self {
+            store,
+            hierarchy: RefCell::new(None),
+            modules: RefCell::new(HashMap::new()),
+            named: RefCell::new(HashMap::new()),
+            bare: RefCell::default(),
+            aliases: RefCell::new(None),
+        }
     }
 
     pub fn facts(&self, id: FileId) -> Option<(&'a str, &'a FileFacts)> {
@@ -70,7 +84,18 @@ impl<'a> Resolver<'a> {
 
     /// The definitions named `name` that a call can reach: no `impl` blocks, and no
     /// declaration whose definition (same name and owner) is known.
-    pub fn defs_named(&self, name: &str) -> Vec<At> {
+    pub fn defs_named(&self, name: &str) -> Rc<[At]> {
+        // A query resolves many calls of the same few names (a kernel function's thousands
+        // of call sites): each name's list is worked out once.
+        if let Some(hit) = self.named.borrow().get(name) {
+            return hit.clone();
+        }
+        let found: Rc<[At]> = self.find_defs_named(name).into();
+        self.named.borrow_mut().insert(name.to_owned(), found.clone());
+        found
+    }
+
+    fn find_defs_named(&self, name: &str) -> Vec<At> {
         let all = self.store.defs_named(name);
         let key = |&(id, i): &At| {
             let (_, f) = self.facts(id)?;
@@ -259,7 +284,7 @@ impl<'a> Resolver<'a> {
     /// The definitions a module's files give a name: defined there, or imported there and
     /// re-exported (`export { a as b } from './x'`, `from .x import f` in `__init__.py`).
     pub fn defs_in_module(&self, files: &[FileId], name: &str, depth: usize) -> Vec<At> {
-        let mut out: Vec<At> = self.defs_named(name).into_iter().filter(|(id, _)| files.contains(id)).collect();
+        let mut out: Vec<At> = self.defs_named(name).iter().copied().filter(|(id, _)| files.contains(id)).collect();
         if out.is_empty() && depth > 0 {
             for &id in files {
                 let Some((_, f)) = self.facts(id) else { continue };
@@ -275,8 +300,26 @@ impl<'a> Resolver<'a> {
 
     /// Where a call site may go.
     pub fn reach(&self, (id, ci): At) -> Reach {
-        let Some((path, f)) = self.facts(id) else { return Reach::Outside };
+        let Some((_, f)) = self.facts(id) else { return Reach::Outside };
         let Some(call) = f.calls.get(ci as usize) else { return Reach::Outside };
+        if call.kind == CallKind::Macro || !call.recv_type.is_empty() || !call.qualifier.is_empty() {
+            return self.find_reach(id, f, call);
+        }
+        // Names are interned per file: the offsets of the callee and of the enclosing type's
+        // name say which bare call it is.
+        let owner = enclosing_owner(f, call.enclosing)
+            .map_or(u32::MAX, |o| (o.as_ptr() as usize).wrapping_sub(f.strings.as_ptr() as usize) as u32);
+        let key = (id, call.callee.start, owner);
+        if let Some(hit) = self.bare.borrow().get(&key) {
+            return hit.clone();
+        }
+        let found = self.find_reach(id, f, call);
+        self.bare.borrow_mut().insert(key, found.clone());
+        found
+    }
+
+    fn find_reach(&self, id: FileId, f: &FileFacts, call: &Call) -> Reach {
+        let Some((path, _)) = self.facts(id) else { return Reach::Outside };
         if call.kind == CallKind::Macro {
             return Reach::Macro;
         }
@@ -292,20 +335,21 @@ impl<'a> Resolver<'a> {
                 }
                 let defs = self.defs_in_module(&files, original, 4);
                 if !defs.is_empty() {
-                    return Reach::Defs { defs: constructors_as_types(self, defs, original), known: true };
+                    return Reach::Defs { defs: constructors_as_types(self, defs, original).into(), known: true };
                 }
                 return self.by_name(original, false);
             }
         }
-        let all = self.defs_named(callee);
+        let all: Vec<At> = self.defs_named(callee).to_vec();
         if all.is_empty() {
             return Reach::Outside;
         }
         if all.iter().all(|at| self.kind(*at) == Some(DefKind::Macro)) {
             return Reach::Macro;
         }
-        let known = |defs: Vec<At>| Reach::Defs { defs: constructors_as_types(self, defs, callee), known: true };
-        let guess = |defs: Vec<At>| Reach::Defs { defs: constructors_as_types(self, defs, callee), known: false };
+        let known = |defs: Vec<At>| Reach::Defs { defs: constructors_as_types(self, defs, callee).into(), known: true };
+        let guess =
+            |defs: Vec<At>| Reach::Defs { defs: constructors_as_types(self, defs, callee).into(), known: false };
         // A receiver whose type the file says.
         if !call.recv_type.is_empty() {
             let ty = f.str(call.recv_type);
@@ -359,7 +403,7 @@ impl<'a> Resolver<'a> {
 
     fn through_qualifier(&self, id: FileId, f: &FileFacts, call: &Call, qualifier: &str, all: Vec<At>) -> Reach {
         let callee = f.str(call.callee);
-        let known = |defs: Vec<At>| Reach::Defs { defs: constructors_as_types(self, defs, callee), known: true };
+        let known = |defs: Vec<At>| Reach::Defs { defs: constructors_as_types(self, defs, callee).into(), known: true };
         let segments: Vec<&str> = qualifier.split('.').collect();
         let first = segments[0];
         let mut q: String = segments.last().copied().unwrap_or(first).to_owned();
@@ -400,7 +444,7 @@ impl<'a> Resolver<'a> {
         if looks_static {
             Reach::Outside
         } else {
-            Reach::Defs { defs: constructors_as_types(self, all, callee), known: false }
+            Reach::Defs { defs: constructors_as_types(self, all, callee).into(), known: false }
         }
     }
 
@@ -410,7 +454,7 @@ impl<'a> Resolver<'a> {
         if all.is_empty() {
             Reach::Outside
         } else {
-            Reach::Defs { defs: constructors_as_types(self, all, name), known }
+            Reach::Defs { defs: constructors_as_types(self, all.to_vec(), name).into(), known }
         }
     }
 
@@ -418,29 +462,49 @@ impl<'a> Resolver<'a> {
     pub fn targets(&self, qualifier: &[&str], name: &str) -> Vec<At> {
         let all = self.defs_named(name);
         match qualifier.last() {
-            None => all,
-            Some(q) => all.into_iter().filter(|at| self.lives_in(*at, q)).collect(),
+            None => all.to_vec(),
+            Some(q) => all.iter().copied().filter(|at| self.lives_in(*at, q)).collect(),
         }
     }
 
     /// The names a definition is called by: its own and its import/export aliases, followed
     /// through re-exports (`export { a as b }`, `from m import a as b`, `use m::a as b`).
     pub fn names_of(&self, name: &str) -> Vec<String> {
+        let aliases = self.aliases();
         let mut names = vec![name.to_owned()];
         let mut i = 0;
         while i < names.len() && i < 64 {
-            let current = names[i].clone();
-            for (_, _, f) in self.store.files() {
-                for imp in &f.imports {
-                    let local = f.str(imp.local);
-                    if f.is(imp.name, &current) && !names.iter().any(|n| n == local) {
-                        names.push(local.to_owned());
-                    }
+            for local in aliases.get(names[i].as_str()).into_iter().flatten() {
+                if !names.iter().any(|n| n == local) {
+                    names.push(local.clone());
                 }
             }
             i += 1;
         }
         names
+    }
+
+    /// Every renaming import of the workspace, original name -> local names; read once per
+    /// query (an `impact` asks for thousands of names).
+    fn aliases(&self) -> Rc<Aliases> {
+        if let Some(a) = self.aliases.borrow().as_ref() {
+            return a.clone();
+        }
+        let mut map: HashMap<String, Vec<String>> = HashMap::new();
+        for (_, _, f) in self.store.files() {
+            for imp in &f.imports {
+                let (original, local) = (f.str(imp.name), f.str(imp.local));
+                if !original.is_empty() && original != local {
+                    let locals = map.entry(original.to_owned()).or_default();
+                    if !locals.iter().any(|l| l == local) {
+                        locals.push(local.to_owned());
+                    }
+                }
+            }
+        }
+        let map = Rc::new(map);
+        *self.aliases.borrow_mut() = Some(map.clone());
+        map
     }
 }
 

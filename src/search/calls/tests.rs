@@ -189,7 +189,11 @@ fn a_file_deleted_between_runs_is_gone_from_the_answer() {
     drop(second);
     assert_eq!(callers(&mut index(dir.path()), "helper").files_scanned, 1);
     let saved = load(&cache_file(dir.path())).expect("saved");
-    assert_eq!(saved.keys().collect::<Vec<_>>(), ["a.ts"], "the dropped file is dropped from the saved cache");
+    assert_eq!(
+        saved.iter().map(|(k, _)| k).collect::<Vec<_>>(),
+        ["a.ts"],
+        "the dropped file is dropped from the saved cache"
+    );
 }
 
 #[test]
