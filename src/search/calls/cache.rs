@@ -196,7 +196,14 @@ pub fn remove_stale_temporaries(dir: &Path) {
 }
 
 pub fn load(file: &Path) -> Result<Vec<(String, Cached)>, CacheError> {
-    decode(&std::fs::read(file)?)
+    let f = std::fs::File::open(file)?;
+    // Mapped, not read: a kernel-size cache is half a gigabyte, and a read would first have
+    // the kernel zero that much fresh memory to copy it into.
+    // SAFETY: gm never writes into a cache file: a save writes a new file and renames it over
+    // the old one (`gm_actors::fs::replace`), so the mapped bytes stay as they are while they
+    // are decoded, and the mapping is dropped before this returns.
+    let map = unsafe { memmap2::Mmap::map(&f)? };
+    decode(&map)
 }
 
 pub fn save(file: &Path, entries: &[(String, Cached)]) -> Result<(), CacheError> {

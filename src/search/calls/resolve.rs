@@ -43,11 +43,7 @@ pub struct Resolver<'a> {
     named: RefCell<HashMap<String, Rc<[At]>>>,
     /// Bare calls' reach by (file, callee, the enclosing type): the same in every call.
     bare: RefCell<rustc_hash::FxHashMap<(FileId, u32, u32), Reach>>,
-    aliases: RefCell<Option<Rc<Aliases>>>,
 }
-
-/// Renaming imports: original name -> the local names it is imported as.
-type Aliases = HashMap<String, Vec<String>>;
 
 /// The files of a module path, by (importing directory, module).
 type ModuleFiles = HashMap<(String, String), Rc<Vec<FileId>>>;
@@ -70,7 +66,6 @@ impl<'a> Resolver<'a> {
             modules: RefCell::new(HashMap::new()),
             named: RefCell::new(HashMap::new()),
             bare: RefCell::default(),
-            aliases: RefCell::new(None),
         }
     }
 
@@ -470,7 +465,7 @@ impl<'a> Resolver<'a> {
     /// The names a definition is called by: its own and its import/export aliases, followed
     /// through re-exports (`export { a as b }`, `from m import a as b`, `use m::a as b`).
     pub fn names_of(&self, name: &str) -> Vec<String> {
-        let aliases = self.aliases();
+        let aliases = self.store.aliases();
         let mut names = vec![name.to_owned()];
         let mut i = 0;
         while i < names.len() && i < 64 {
@@ -482,29 +477,6 @@ impl<'a> Resolver<'a> {
             i += 1;
         }
         names
-    }
-
-    /// Every renaming import of the workspace, original name -> local names; read once per
-    /// query (an `impact` asks for thousands of names).
-    fn aliases(&self) -> Rc<Aliases> {
-        if let Some(a) = self.aliases.borrow().as_ref() {
-            return a.clone();
-        }
-        let mut map: HashMap<String, Vec<String>> = HashMap::new();
-        for (_, _, f) in self.store.files() {
-            for imp in &f.imports {
-                let (original, local) = (f.str(imp.name), f.str(imp.local));
-                if !original.is_empty() && original != local {
-                    let locals = map.entry(original.to_owned()).or_default();
-                    if !locals.iter().any(|l| l == local) {
-                        locals.push(local.to_owned());
-                    }
-                }
-            }
-        }
-        let map = Rc::new(map);
-        *self.aliases.borrow_mut() = Some(map.clone());
-        map
     }
 }
 

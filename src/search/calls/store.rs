@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault};
+use std::sync::Arc;
 
 use rustc_hash::{FxHashMap, FxHasher};
 
@@ -37,7 +38,12 @@ pub struct Store {
     ids: HashMap<String, FileId>,
     free: Vec<FileId>,
     shards: Vec<Shard>,
+    /// Renaming imports, worked out on a query's first need and kept until a file changes.
+    aliases: std::cell::RefCell<Option<Arc<Aliases>>>,
 }
+
+/// Renaming imports: original name -> the local names it is imported as.
+pub type Aliases = HashMap<String, Vec<String>>;
 
 impl Default for Store {
     fn default() -> Self {
@@ -47,6 +53,7 @@ impl Default for Store {
             ids: HashMap::new(),
             free: Vec::new(),
             shards: (0..n).map(|_| Shard::default()).collect(),
+            aliases: Default::default(),
         }
     }
 }
@@ -119,6 +126,9 @@ impl Store {
     }
 
     fn index(&mut self, id: FileId, f: &FileFacts, add: bool) {
+        if !f.imports.is_empty() {
+            self.aliases.get_mut().take();
+        }
         let count = self.shards.len();
         for (n, shard) in self.shards.iter_mut().enumerate() {
             shard.index(id, f, add, |name| shard_of(name, count) == n);
@@ -187,6 +197,28 @@ impl Store {
             .iter()
             .flat_map(|s| s.defs.iter().chain(s.constants.iter().flatten()))
             .map(|(n, v)| (&**n, v.as_slice()))
+    }
+
+    /// Every renaming import of the workspace (an `impact` asks for thousands of names' aliases).
+    pub fn aliases(&self) -> Arc<Aliases> {
+        if let Some(a) = self.aliases.borrow().as_ref() {
+            return a.clone();
+        }
+        let mut map: Aliases = HashMap::new();
+        for (_, _, f) in self.files() {
+            for imp in &f.imports {
+                let (original, local) = (f.str(imp.name), f.str(imp.local));
+                if !original.is_empty() && original != local {
+                    let locals = map.entry(original.to_owned()).or_default();
+                    if !locals.iter().any(|l| l == local) {
+                        locals.push(local.to_owned());
+                    }
+                }
+            }
+        }
+        let map = Arc::new(map);
+        *self.aliases.borrow_mut() = Some(map.clone());
+        map
     }
 
     pub fn snapshot(&self) -> Snapshot {
