@@ -10,7 +10,7 @@ cold parse of the whole tree (no saved cache: wall time, gm's CPU time, MB of so
 second of one core's time), `callers` warm p50, `impact` depth 2 warm p50, `symbols` of one
 large file and a workspace query, gm's memory, the first `callers` after a restart (the
 cache on disk); then recall: for a few widely used functions, gm's call sites against
-`rg -w 'name\\s*\\('`, with every line one finds and the other does not sorted by why.
+`rg '\\bname\\s*\\('`, with every line one finds and the other does not sorted by why.
 Prints a markdown table per corpus and one JSON line per measurement.
 """
 import argparse
@@ -31,6 +31,9 @@ CORPORA = {
     "kernel": {
         "globs": ["*.c", "*.h"],
         "functions": ["kfree", "mutex_lock", "kmalloc", "copy_from_user", "printk"],
+        # Recall is compared under fs/ (70 MB): kfree alone has 37,000 call sites in the tree,
+        # more than one callers reply lists.
+        "recall_path": "fs",
         "impact": "kfree",
         "outline": "kernel/sched/core.c",
         "query": "sched_fork",
@@ -202,14 +205,23 @@ def why_missing(line_text, name, definition_lines):
 def recall(gm, corpus, root, cfg, jedi):
     s = Server(gm, root)
     for name in cfg["functions"]:
-        r = s.call("callers", {"symbol": name, "limit": 10000})
+        args = {"symbol": name, "limit": 10000}
+        if cfg.get("recall_path"):
+            args["path"] = cfg["recall_path"]
+        r = s.call("callers", args)
         gm_sites = {(c["path"], c["line"]) for c in r["callers"]}
         defs = {(d["path"], d["line"]) for d in r["definitions"]}
-        cmd = ["rg", "-n", "--no-heading", "-w", name + r"\s*\("] + sum((["-g", g] for g in cfg["globs"]), [])
-        out = subprocess.run(cmd, cwd=root, capture_output=True, text=True).stdout
+        # `\bname\s*\(`, not `rg -w 'name\s*\('`: ripgrep 13's -w wants a non-word character
+        # after the match, so it would only find the calls whose `(` is followed by one
+        # (`kfree(ptr)` would not match). The path is given: without one, rg searches its
+        # standard input when that is no tty.
+        scope = cfg.get("recall_path") or "."
+        cmd = ["rg", "-n", "--no-heading", r"\b" + name + r"\s*\("] + sum((["-g", g] for g in cfg["globs"]), []) + [scope]
+        out = subprocess.run(cmd, cwd=root, capture_output=True, text=True, stdin=subprocess.DEVNULL).stdout
         rg_sites, text = set(), {}
         for line in out.splitlines():
             path, num, body = line.split(":", 2)
+            path = path.removeprefix("./")
             rg_sites.add((path, int(num)))
             text[(path, int(num))] = body
         only_rg = rg_sites - gm_sites
@@ -246,15 +258,22 @@ def jedi_recall(jedi, corpus, root, name, r, gm_sites):
     d = r["definitions"]
     if len(d) != 1:
         return
+    # The corpus is a copy of the standard library of the Python jedi runs in: jedi reads that
+    # one (imports in the copy resolve to it anyway), and its paths map back onto the copy's.
     script = f"""
-import jedi, json, sys
-project = jedi.Project({root!r}, smart_sys_path=False)
-path = {os.path.join(root, d[0]['path'])!r}
+import jedi, json, sys, sysconfig
+import jedi.inference.references as references
+# By default jedi parses at most 30 files (and opens 2000) for a project-wide search: lifted,
+# so that it reads the whole library as gm does.
+references._PARSED_FILE_LIMIT = references._OPENED_FILE_LIMIT = 10**6
+stdlib = sysconfig.get_paths()["stdlib"]
+project = jedi.Project(stdlib)
+path = stdlib + "/" + {d[0]['path'].removeprefix('Lib/')!r}
 src = open(path).read()
 line = {d[0]['line']}
 col = src.splitlines()[line - 1].index({name!r})
 refs = jedi.Script(src, path=path, project=project).get_references(line, col, scope='project')
-print(json.dumps([[str(x.module_path), x.line] for x in refs if x.module_path]))
+print(json.dumps([["Lib/" + str(x.module_path)[len(stdlib) + 1:], x.line] for x in refs if x.module_path and str(x.module_path).startswith(stdlib)]))
 """
     t = time.perf_counter()
     out = subprocess.run([jedi, "-c", script], capture_output=True, text=True, timeout=3600)
@@ -262,12 +281,28 @@ print(json.dumps([[str(x.module_path), x.line] for x in refs if x.module_path]))
     if out.returncode != 0:
         record(corpus, f"jedi `{name}`", f"failed: {out.stderr.strip()[-200:]}", None)
         return
-    refs = {(os.path.relpath(p, root), line) for p, line in json.loads(out.stdout)}
+    # Only files the corpus has (the installed library also has site-packages).
+    refs = {(p, line) for p, line in json.loads(out.stdout) if os.path.exists(os.path.join(root, p))}
     refs.discard((d[0]["path"], d[0]["line"]))
     both = len(refs & gm_sites)
-    record(corpus, f"jedi `{name}`: its references (s), gm call sites, in both, jedi only, gm only",
-           f"{len(refs)} ({secs:.0f} s), gm {len(gm_sites)}, both {both}, jedi only {len(refs - gm_sites)}, gm only {len(gm_sites - refs)}",
-           {"jedi": len(refs), "gm": len(gm_sites), "both": both, "jedi_only": sorted(refs - gm_sites)[:20], "gm_only": sorted(gm_sites - refs)[:20], "s": secs})
+    why = {}
+    samples = {}
+    for p, line in sorted(refs - gm_sites):
+        with open(os.path.join(root, p), errors="replace") as f:
+            text = f.read().splitlines()[line - 1] if line > 0 else ""
+        if re.search(r"\bimport\b", text):
+            k = "an import of the name"
+        elif not re.search(r"\b" + re.escape(name) + r"\s*\(", text):
+            k = "a reference that is no call (the function passed, assigned or named)"
+        else:
+            k = "a call gm does not list"
+        why[k] = why.get(k, 0) + 1
+        samples.setdefault(k, f"{p}:{line}: {text.strip()[:90]}")
+    record(corpus, f"jedi `{name}`: its references (s), gm call sites, in both, gm only; jedi only by why",
+           f"{len(refs)} ({secs:.0f} s), gm {len(gm_sites)}, both {both}, gm only {len(gm_sites - refs)}; "
+           + "; ".join(f"{n} {k} (e.g. `{samples[k]}`)" for k, n in sorted(why.items(), key=lambda x: -x[1])),
+           {"jedi": len(refs), "gm": len(gm_sites), "both": both, "jedi_only": why, "samples": samples,
+            "gm_only": sorted(gm_sites - refs)[:20], "s": secs})
 
 
 def main():

@@ -186,10 +186,16 @@ fn rust_calls_resolve_through_impl_blocks_traits_use_aliases_and_paths() {
         ],
         name_definitions: 3,
         function: "helper",
-        function_sites: &["src/app.rs:8 checkout exact", "src/app.rs:10 checkout exact", "src/broken.rs:2 ok exact"],
+        function_sites: &[
+            "src/app.rs:8 checkout exact",
+            "src/app.rs:10 checkout exact",
+            "src/app.rs:12 checkout unresolved",
+            "src/broken.rs:2 ok exact",
+        ],
         impact: &[
             "checkout -> helper src/app.rs:8",
             "checkout -> helper src/app.rs:10",
+            "checkout -> helper src/app.rs:12",
             "ok -> helper src/broken.rs:2",
         ],
         outline_file: "src/store.rs",

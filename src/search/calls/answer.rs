@@ -8,7 +8,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::facts::{DefKind, FileFacts, NONE};
+use super::facts::{CallKind, DefKind, FileFacts, NONE};
 use super::resolve::{resolution, Reach, Resolver};
 use super::store::{At, Store};
 use crate::search::tokenizer::words;
@@ -270,7 +270,7 @@ fn site(workspace: &Path, r: &Resolver, (id, ci): At, reach: &Reach) -> Option<C
         line: c.line as usize,
         column: c.column as usize,
         callee: f.str(c.callee).to_owned(),
-        kind: if macro_call { "macro" } else { c.kind.as_str() },
+        kind: if macro_call && c.kind == CallKind::Call { "macro" } else { c.kind.as_str() },
         enclosing: enclosing.map_or("<top level>", |d| f.str(d.name)).to_owned(),
         enclosing_type: enclosing.map_or("", |d| f.str(d.owner)).to_owned(),
         resolution: resolution(reach),

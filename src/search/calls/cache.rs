@@ -82,7 +82,7 @@ pub const MAGIC: &[u8; 8] = b"gm-calls";
 /// Bump it when `Cached` or anything it holds changes, or what `extract` records, or when the
 /// bitcode dependency moves to another 0.x (its encoding may change between those): a cache of
 /// another version is ignored.
-pub const FORMAT_VERSION: u32 = 3;
+pub const FORMAT_VERSION: u32 = 4;
 const HEADER_LEN: usize = 20;
 
 /// What the facts depend on besides the file: every language's extensions and queries. A gm

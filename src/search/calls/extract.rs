@@ -11,7 +11,7 @@
 //! | `@owner` | in a definition's match | the type a method belongs to when it is not nested in it (Go receivers, `void T::f()`) |
 //! | `@base` | in a type's match | a superclass, interface or implemented trait |
 //! | `@declaration` | in a definition's match | a declaration without a body (a prototype) |
-//! | `@reference.call` / `.new` / `.macro` + `@name` | the call, the called name | a call, a constructor call, a macro call |
+//! | `@reference.call` / `.new` / `.macro` / `.in_macro` + `@name` | the call, the called name | a call, a constructor call, a macro call, a call-like token run in a macro's arguments |
 //! | `@receiver` | in a call's match | the object of `obj.f()` |
 //! | `@qualifier` | in a call's match | the path of `Type::f()`, `ns::f()` (several are joined) |
 //! | `@import` + `@import.module`, `@import.name`, `@import.alias` | an import | what it binds (several modules are joined) |
@@ -57,6 +57,7 @@ pub fn role(capture: &str) -> Role {
         "reference.call" => Role::Reference(CallKind::Call),
         "reference.new" => Role::Reference(CallKind::New),
         "reference.macro" => Role::Reference(CallKind::Macro),
+        "reference.in_macro" => Role::Reference(CallKind::InMacro),
         "receiver" => Role::Receiver,
         "qualifier" => Role::Qualifier,
         "owner" => Role::Owner,

@@ -93,6 +93,9 @@ pub enum CallKind {
     New,
     /// `name!(...)`, or a call of a C/C++ macro: counted, never resolved.
     Macro,
+    /// Something that looks like a call inside a macro's arguments (`assert_eq!(f(x), y)`),
+    /// which the grammar keeps as tokens: counted, never resolved.
+    InMacro,
 }
 
 impl CallKind {
@@ -102,6 +105,7 @@ impl CallKind {
             CallKind::Method => "method",
             CallKind::New => "new",
             CallKind::Macro => "macro",
+            CallKind::InMacro => "call",
         }
     }
 }

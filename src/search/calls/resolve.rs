@@ -201,7 +201,12 @@ impl<'a> Resolver<'a> {
         let mut parts = path.rsplit('/');
         let file = parts.next().unwrap_or(path);
         let stem = file.split('.').next().unwrap_or(file);
-        stem == q || parts.next() == Some(q)
+        // Any directory on the way: a package, a crate (`crates/rand/src/...`, or a vendored
+        // `rand-0.8.8/src/...`), a Go package.
+        let versioned = |dir: &str| {
+            dir.strip_prefix(q).is_some_and(|v| v.starts_with('-') && v[1..].starts_with(|c: char| c.is_ascii_digit()))
+        };
+        stem == q || parts.any(|dir| dir == q || versioned(dir))
     }
 
     /// The files a module path names, seen from the file `from`: relative paths (`./db`,
@@ -297,7 +302,10 @@ impl<'a> Resolver<'a> {
     pub fn reach(&self, (id, ci): At) -> Reach {
         let Some((_, f)) = self.facts(id) else { return Reach::Outside };
         let Some(call) = f.calls.get(ci as usize) else { return Reach::Outside };
-        if call.kind == CallKind::Macro || !call.recv_type.is_empty() || !call.qualifier.is_empty() {
+        if !matches!(call.kind, CallKind::Call | CallKind::New)
+            || !call.recv_type.is_empty()
+            || !call.qualifier.is_empty()
+        {
             return self.find_reach(id, f, call);
         }
         // Names are interned per file: the offsets of the callee and of the enclosing type's
@@ -315,7 +323,7 @@ impl<'a> Resolver<'a> {
 
     fn find_reach(&self, id: FileId, f: &FileFacts, call: &Call) -> Reach {
         let Some((path, _)) = self.facts(id) else { return Reach::Outside };
-        if call.kind == CallKind::Macro {
+        if matches!(call.kind, CallKind::Macro | CallKind::InMacro) {
             return Reach::Macro;
         }
         let callee = f.str(call.callee);
@@ -362,6 +370,10 @@ impl<'a> Resolver<'a> {
         }
         if !qualifier.is_empty() {
             return self.through_qualifier(id, f, call, qualifier, all);
+        }
+        if call.kind == CallKind::Method {
+            // `f().g()`, `a[0].g()`: a receiver that is no plain path, of unknown type.
+            return guess(all);
         }
         // A bare call: this file's function, the class's own method, the package's, the one
         // function of that name.

@@ -210,3 +210,32 @@ fn a_touch_during_a_session_is_not_parsed_again_but_a_same_size_edit_is() {
     assert_eq!(r.files_parsed, 1);
     assert_eq!(sites(&r), ["b.ts:2 in run"]);
 }
+
+fn sites_of(dir: &Path, symbol: &str) -> Vec<String> {
+    let r = callers(&mut index(dir), symbol);
+    r.callers.iter().map(|c| format!("{}:{} {} {}", c.path, c.line, c.kind, c.resolution)).collect()
+}
+
+#[test]
+fn a_method_called_on_an_expression_may_be_any_type_s_and_stays_in_the_answer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(dir.path(), "a.py", "class Repo:\n    def save(self):\n        pass\n\n\ndef make():\n    return Repo()\n\n\nmake().save()\nitems[0].save()\n");
+    assert_eq!(sites_of(dir.path(), "Repo.save"), ["a.py:10 method ambiguous", "a.py:11 method ambiguous"]);
+}
+
+#[test]
+fn a_path_through_a_crate_s_directory_reaches_its_function_and_calls_in_macro_arguments_count_unresolved() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(dir.path().join("rand-0.8.8/src")).expect("mkdir");
+    std::fs::create_dir_all(dir.path().join("app/src")).expect("mkdir");
+    write(dir.path(), "rand-0.8.8/src/lib.rs", "pub fn thread_rng() -> u32 {\n    4\n}\n");
+    write(
+        dir.path(),
+        "app/src/main.rs",
+        "fn main() {\n    let x = rand::thread_rng();\n    assert_eq!(rand::thread_rng(), x);\n    std::thread_rng();\n}\n",
+    );
+    assert_eq!(
+        sites_of(dir.path(), "thread_rng"),
+        ["app/src/main.rs:2 call exact", "app/src/main.rs:3 call unresolved"]
+    );
+}

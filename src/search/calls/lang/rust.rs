@@ -1,5 +1,6 @@
 //! Rust: `impl` blocks and traits give methods their type, `self`/`Self`, paths (`Type::f`,
-//! `module::f`), `use a::b as c`, and macros (`name!(...)`), which are calls gm cannot resolve.
+//! `module::f`), `use a::b as c`, and macros (`name!(...)`), which are calls gm cannot resolve,
+//! as are the call-like tokens in their arguments (`assert_eq!(f(x), 1)`: `f` is counted).
 
 use super::Lang;
 
@@ -40,6 +41,7 @@ const QUERY: &str = r#"
 (call_expression function: (generic_function function: (field_expression value: (_) @receiver field: (field_identifier) @name))) @reference.call
 (call_expression function: (generic_function function: (scoped_identifier path: (_) @qualifier name: (identifier) @name))) @reference.call
 (macro_invocation macro: [(identifier) @name (scoped_identifier path: (_) @qualifier name: (identifier) @name)]) @reference.macro
+(token_tree (identifier) @name @reference.in_macro . (token_tree) @arguments (#match? @arguments "^\\("))
 
 (use_declaration argument: (scoped_identifier path: (_) @import.module name: (identifier) @import.name)) @import
 (use_declaration argument: (use_as_clause path: (scoped_identifier path: (_) @import.module name: (identifier) @import.name) alias: (identifier) @import.alias)) @import
