@@ -37,7 +37,13 @@ if [ ! -d "$crates/.git" ]; then
     | cpio -0 -pdm --quiet "$crates")
   commit "$crates"
 fi
-[ -x "$scratch/venv/bin/python" ] || { python3 -m venv "$scratch/venv" && "$scratch/venv/bin/pip" install -q jedi; }
+[ -x "$scratch/venv/bin/python" ] || { python3 -m venv "$scratch/venv" && "$scratch/venv/bin/pip" install -q jedi \
+  "tree-sitter==0.25.*" "tree-sitter-c==0.24.*" "tree-sitter-python==0.25.*" "tree-sitter-rust==0.24.*"; }
 echo "machine: $(nproc) cores, $(uname -srm); $(rg --version | head -1); jedi $("$scratch/venv/bin/python" -c 'import jedi; print(jedi.__version__)')"
+# The floor: tree-sitter's own parse speed on the same sources, one core.
+for spec in "c $kernel/drivers" "python $cpython" "rust $crates"; do
+  set -- $spec
+  "$scratch/venv/bin/python" bench/tree_sitter_floor.py "$1" "$2" 50
+done
 python3 bench/code_bench.py --gm "$PWD/target/release/gm" --jedi "$scratch/venv/bin/python" \
-  --corpus "kernel=$kernel" --corpus "cpython=$cpython" --corpus "crates=$crates" "$@"
+  --corpus "kernel=$kernel" --corpus "cpython=$cpython" --corpus "crates=$crates"

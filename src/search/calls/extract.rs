@@ -83,12 +83,12 @@ pub fn unused_capture(capture: &str) -> bool {
 
 /// Parses one file into its facts; `None` when the language's queries do not compile or the
 /// parser gives up (a timeout, a cancelled parse). A file with syntax errors yields what
-/// parsed, marked `partial`.
-pub fn analyze(lang: &'static Lang, source: &str, parser: &mut Parser) -> Option<FileFacts> {
+/// parsed, marked `partial`. The source is bytes: a file with a stray byte that is not UTF-8
+/// (a test of an encoding error, a Latin-1 comment) still has its calls.
+pub fn analyze(lang: &'static Lang, src: &[u8], parser: &mut Parser) -> Option<FileFacts> {
     let compiled = lang.compiled()?;
     parser.set_language(&lang.language()).ok()?;
-    let tree = parser.parse(source, None)?;
-    let src = source.as_bytes();
+    let tree = parser.parse(src, None)?;
     let raw = collect(compiled, tree.root_node(), src);
     let mut b = Builder::default();
     b.facts.lang = lang.name.to_owned();

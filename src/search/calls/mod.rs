@@ -92,11 +92,8 @@ fn language_of(rel: &str, bytes: &[u8]) -> Result<&'static lang::Lang, &'static 
 /// (its `lang` says which language it is, if any, for the skipped counts).
 fn parse(rel: &str, bytes: Vec<u8>, parser: &mut Parser) -> FileFacts {
     match language_of(rel, &bytes) {
-        Ok(l) => match String::from_utf8(bytes) {
-            Ok(source) => extract::analyze(l, &source, parser)
-                .unwrap_or_else(|| FileFacts { lang: l.name.into(), ..Default::default() }),
-            Err(_) => FileFacts { lang: l.name.into(), ..Default::default() },
-        },
+        Ok(l) => extract::analyze(l, &bytes, parser)
+            .unwrap_or_else(|| FileFacts { lang: l.name.into(), ..Default::default() }),
         Err(other) => FileFacts { lang: other.to_owned(), ..Default::default() },
     }
 }
@@ -330,9 +327,10 @@ impl CallIndex {
             path: rel.to_owned(),
             language: if other.is_empty() { None } else { Some(other.to_owned()) },
         })?;
-        let size = bytes.len() as u64;
-        let source = String::from_utf8(bytes).map_err(|_| SymbolsError::NotText { path: rel.to_owned(), size })?;
-        let facts = extract::analyze(lang, &source, &mut Parser::new())
+        if std::str::from_utf8(&bytes).is_err() {
+            return Err(SymbolsError::NotText { path: rel.to_owned(), size: bytes.len() as u64 });
+        }
+        let facts = extract::analyze(lang, &bytes, &mut Parser::new())
             .ok_or_else(|| SymbolsError::Internal(format!("the {} parser could not read {rel}", lang.name)))?;
         Ok(answer::outline(&self.workspace, rel, &facts, offset, limit))
     }

@@ -239,3 +239,13 @@ fn a_path_through_a_crate_s_directory_reaches_its_function_and_calls_in_macro_ar
         ["app/src/main.rs:2 call exact", "app/src/main.rs:3 call unresolved"]
     );
 }
+
+#[test]
+fn a_source_file_with_a_byte_that_is_not_utf8_still_has_its_calls() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut source = b"def helper():\n    pass\n\n# caf".to_vec();
+    source.extend_from_slice(&[0xe9, b'\n']);
+    source.extend_from_slice(b"helper()\n");
+    std::fs::write(dir.path().join("latin1.py"), source).expect("write");
+    assert_eq!(sites_of(dir.path(), "helper"), ["latin1.py:5 call exact"]);
+}
