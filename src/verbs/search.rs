@@ -9,7 +9,9 @@ use serde_json::json;
 
 use super::files::write_atomic;
 use super::{Ctx, VerbError};
-use crate::search::calls::{Callers, CallersReply, Impact, ImpactReply};
+use crate::search::calls::{
+    Callers, CallersReply, DefKind, Impact, ImpactReply, Symbols, SymbolsError, SymbolsOf, SymbolsReply,
+};
 use crate::search::grep::{self, GrepQuery, GrepResult, Mode};
 use crate::search::index_actor::{Search, SearchReply};
 use crate::search::tokenizer::words;
@@ -198,7 +200,8 @@ pub async fn wiki_search(ctx: Ctx, args: WikiSearchArgs) -> Result<WikiSearchRep
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CallersArgs {
-    /// A function or method name; `obj.name` looks for calls of `name`.
+    /// A function or method name: `name`, or narrowed by its type or module: `Type.name`,
+    /// `module.name`, `Type::name`, `ns::name`.
     pub symbol: String,
     /// Only call sites in files under this path (relative to the workspace).
     pub path: Option<String>,
@@ -216,9 +219,11 @@ pub struct ImpactArgs {
 }
 
 fn symbol(s: &str) -> Result<(), VerbError> {
-    let ok = !s.trim().is_empty()
+    let s = s.trim().trim_end_matches("()");
+    let ok = !s.is_empty()
         && s.len() <= 200
-        && s.chars().all(|c| c.is_alphanumeric() || matches!(c, '_' | '$' | '.'));
+        && s.chars().any(|c| c.is_alphanumeric() || c == '_')
+        && s.chars().all(|c| c.is_alphanumeric() || matches!(c, '_' | '$' | '.' | ':' | '#' | '\\' | '@' | '~'));
     if ok {
         Ok(())
     } else {
@@ -247,4 +252,68 @@ pub async fn impact(ctx: Ctx, args: ImpactArgs) -> Result<ImpactReply, VerbError
         return Err(VerbError::InvalidArgs("depth must be between 1 and 10".into()));
     }
     ctx.calls.send(Impact { symbol: args.symbol, depth }).await.map_err(calls_unavailable)?.map_err(VerbError::Internal)
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SymbolsArgs {
+    /// A file (relative to the workspace) to outline: its definitions, nested (a class's
+    /// methods under it). Give `file` or `query`.
+    pub file: Option<String>,
+    /// A name to look for across the workspace: exact, prefix, or by identifier parts as
+    /// `search` splits them (`user name` finds `getUserName`); `Type.name` narrows to a type's.
+    pub query: Option<String>,
+    /// Only definitions of this kind: function, method, class, struct, enum, interface (also
+    /// matches traits), trait, type, constant, module, macro, impl. With `query` only.
+    pub kind: Option<String>,
+    /// Only definitions in files under this path (relative to the workspace). With `query` only.
+    pub path: Option<String>,
+    /// Definitions to skip (a page's `next`); default 0.
+    pub offset: Option<usize>,
+    /// Definitions to return (default 200, at most 10000).
+    pub limit: Option<usize>,
+}
+
+pub async fn symbols(ctx: Ctx, args: SymbolsArgs) -> Result<SymbolsReply, VerbError> {
+    let target = match (args.file, args.query) {
+        (Some(file), None) => {
+            if args.kind.is_some() || args.path.is_some() {
+                return Err(VerbError::InvalidArgs(
+                    "kind and path narrow a query; an outline is of one whole file".into(),
+                ));
+            }
+            let rel = prefix(Some(&file))?
+                .ok_or_else(|| VerbError::InvalidArgs("file must name a file inside the workspace".into()))?;
+            SymbolsOf::File(rel)
+        }
+        (None, Some(query)) => {
+            if query.trim().is_empty() {
+                return Err(VerbError::InvalidArgs("query is empty".into()));
+            }
+            let kind = match args.kind.as_deref() {
+                None => None,
+                Some(k) => Some(DefKind::parse(k).ok_or_else(|| {
+                    VerbError::InvalidArgs(format!(
+                        "kind '{k}' is none of function, method, class, struct, enum, interface, trait, type, constant, module, macro, impl"
+                    ))
+                })?),
+            };
+            SymbolsOf::Query { query: query.trim().to_owned(), kind, path: prefix(args.path.as_deref())? }
+        }
+        _ => {
+            return Err(VerbError::InvalidArgs(
+                "give either file (an outline) or query (a search by name), not both".into(),
+            ))
+        }
+    };
+    let msg =
+        Symbols { target, offset: args.offset.unwrap_or(0), limit: limit(args.limit, DEFAULT_GREP_LIMIT, MAX_LIMIT)? };
+    let workspace = ctx.workspace.clone();
+    ctx.calls.send(msg).await.map_err(calls_unavailable)?.map_err(|e| match e {
+        SymbolsError::NotFound(p) => VerbError::NotFound(workspace.join(p)),
+        SymbolsError::IsADirectory(p) => VerbError::IsADirectory(workspace.join(p)),
+        SymbolsError::NotText { path, size } => VerbError::NotText { path: workspace.join(path), size },
+        e @ SymbolsError::Unsupported { .. } => VerbError::InvalidArgs(e.to_string()),
+        SymbolsError::Internal(m) => VerbError::Internal(m),
+    })
 }

@@ -1,0 +1,223 @@
+//! The languages the call index reads, one module each, behind one interface: a [`Lang`] says
+//! how its files are recognized, which grammar parses them, which queries find their
+//! definitions, calls, imports and typed variables (see `extract.rs` for the captures), and the
+//! few rules resolution needs. Adding a language is one file here and one word in
+//! [`languages!`] below.
+
+use std::sync::OnceLock;
+
+use tree_sitter::{Language, Query};
+
+use super::extract::{role, unused_capture, Role};
+
+/// One language.
+pub struct Lang {
+    /// The name replies use (`"python"`).
+    pub name: &'static str,
+    /// File extensions, without the dot.
+    pub extensions: &'static [&'static str],
+    /// Interpreters a shebang may name for an extensionless script (`python` also matches
+    /// `python3` and `python3.12`).
+    pub interpreters: &'static [&'static str],
+    pub grammar: fn() -> Language,
+    /// The grammar's own tags query (`TAGS_QUERY`), in pieces: its `@definition.*` captures,
+    /// and its `@reference.call` ones where gm's query has no call at the same place.
+    pub tags: &'static [&'static str],
+    /// gm's own query, in pieces; it runs before the shipped one and wins where both match.
+    pub query: &'static [&'static str],
+    /// What the current object is called inside a method (`self`, `this`, `$this`), and the
+    /// names that mean the current type in a qualified call (`Self::new`, `self::build`).
+    pub self_names: &'static [&'static str],
+    /// A bare call inside a method may call a method of the same class (Java, C#, C++, Ruby).
+    pub implicit_self: bool,
+    /// A bare call may only reach a function of the same package, which is the file's
+    /// directory (Go).
+    pub package_is_directory: bool,
+}
+
+/// A language's queries compiled once: gm's own patterns first, then the shipped ones.
+pub struct Compiled {
+    pub query: Query,
+    /// Patterns below this index are gm's own.
+    pub own_patterns: usize,
+    /// What each capture (by index) means to the extractor.
+    pub roles: Vec<Role>,
+}
+
+impl Lang {
+    /// The compiled queries; `None` (and a note on stderr, once) when they do not compile
+    /// against the grammar, which is a bug in gm that a test catches.
+    pub fn compiled(&'static self) -> Option<&'static Compiled> {
+        let index = all().iter().position(|l| std::ptr::eq(*l, self))?;
+        static COMPILED: OnceLock<Vec<OnceLock<Option<Compiled>>>> = OnceLock::new();
+        let slots = COMPILED.get_or_init(|| all().iter().map(|_| OnceLock::new()).collect());
+        slots[index]
+            .get_or_init(|| match compile(self) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    eprintln!("gm: the {} queries do not compile: {e}", self.name);
+                    None
+                }
+            })
+            .as_ref()
+    }
+
+    pub fn language(&self) -> Language {
+        (self.grammar)()
+    }
+}
+
+fn compile(lang: &Lang) -> Result<Compiled, tree_sitter::QueryError> {
+    let own: String = lang.query.concat();
+    let shipped: String = lang.tags.concat();
+    let own_patterns = Query::new(&lang.language(), &own)?.pattern_count();
+    let mut query = Query::new(&lang.language(), &format!("{own}\n{shipped}"))?;
+    for i in own_patterns..query.pattern_count() {
+        // A shipped pattern that needs a locals analysis gm does not run (`#is-not? local`)
+        // would match every identifier; one that captures nothing gm reads only costs time.
+        let wanted = query.capture_quantifiers(i).iter().zip(query.capture_names()).any(|(q, name)| {
+            *q != tree_sitter::CaptureQuantifier::Zero && (name.starts_with("definition.") || *name == "reference.call")
+        });
+        if !query.property_predicates(i).is_empty() || !wanted {
+            query.disable_pattern(i);
+        }
+    }
+    let unused: Vec<String> =
+        query.capture_names().iter().filter(|n| unused_capture(n)).map(|n| n.to_string()).collect();
+    for name in unused {
+        query.disable_capture(&name);
+    }
+    let roles = query.capture_names().iter().map(|n| role(n)).collect();
+    Ok(Compiled { query, own_patterns, roles })
+}
+
+/// Declares the language modules and lists their languages, in the order extensions are tried.
+macro_rules! languages {
+    ($($module:ident),* $(,)?) => {
+        $(mod $module;)*
+        /// Every language gm reads.
+        pub fn all() -> &'static [&'static Lang] {
+            static ALL: OnceLock<Vec<&'static Lang>> = OnceLock::new();
+            ALL.get_or_init(|| [$($module::LANGS),*].concat())
+        }
+    };
+}
+
+languages!(javascript, typescript, python, rust, go, java, c, cpp, csharp, ruby, php);
+
+/// The language of a file from its extension.
+pub fn by_extension(rel: &str) -> Option<&'static Lang> {
+    let file = rel.rsplit('/').next().unwrap_or(rel);
+    let (_, ext) = file.rsplit_once('.')?;
+    all().iter().copied().find(|l| l.extensions.contains(&ext))
+}
+
+pub fn by_name(name: &str) -> Option<&'static Lang> {
+    all().iter().copied().find(|l| l.name == name)
+}
+
+/// Whether a file has no extension, so that only its shebang can say what it is.
+pub fn extensionless(rel: &str) -> bool {
+    let file = rel.rsplit('/').next().unwrap_or(rel);
+    !file.contains('.')
+}
+
+/// The interpreter a script's first line names (`#!/usr/bin/env python3 -u` -> `python3`).
+pub fn shebang_interpreter(first_line: &str) -> Option<&str> {
+    let rest = first_line.strip_prefix("#!")?.trim();
+    let mut words = rest.split_whitespace();
+    let mut program = words.next()?.rsplit('/').next()?;
+    if program == "env" {
+        program = words.find(|w| !w.starts_with('-') && !w.contains('='))?;
+    }
+    Some(program)
+}
+
+/// The language an interpreter's name belongs to, gm's or another's: `python3.12` is
+/// python's, `bash` is shell's. Other languages' names are for the skipped counts.
+pub fn by_interpreter(program: &str) -> Result<&'static Lang, &'static str> {
+    let base = program.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
+    if let Some(l) = all().iter().copied().find(|l| l.interpreters.contains(&base) || l.interpreters.contains(&program))
+    {
+        return Ok(l);
+    }
+    Err(match base {
+        "sh" | "bash" | "zsh" | "dash" | "ksh" | "fish" => "shell",
+        "perl" => "perl",
+        "lua" | "luajit" => "lua",
+        "awk" | "gawk" => "awk",
+        "tclsh" | "wish" => "tcl",
+        _ => "other",
+    })
+}
+
+/// Languages gm does not parse, by extension, for the `skipped` counts of a reply: code an
+/// agent would expect callers to cover. Other files (text, data, build files) are not code and
+/// not counted.
+pub fn other_language(rel: &str) -> Option<&'static str> {
+    let file = rel.rsplit('/').next().unwrap_or(rel);
+    let (_, ext) = file.rsplit_once('.')?;
+    Some(match ext {
+        "kt" | "kts" => "kotlin",
+        "swift" => "swift",
+        "scala" | "sc" => "scala",
+        "m" | "mm" => "objective-c",
+        "sh" | "bash" | "zsh" => "shell",
+        "pl" | "pm" => "perl",
+        "lua" => "lua",
+        "hs" => "haskell",
+        "ex" | "exs" => "elixir",
+        "erl" | "hrl" => "erlang",
+        "dart" => "dart",
+        "r" | "R" => "r",
+        "jl" => "julia",
+        "zig" => "zig",
+        "ml" | "mli" => "ocaml",
+        "fs" | "fsx" => "f#",
+        "clj" | "cljs" => "clojure",
+        "groovy" | "gradle" => "groovy",
+        "vue" => "vue",
+        "svelte" => "svelte",
+        "sql" => "sql",
+        "S" | "s" | "asm" => "assembly",
+        "vb" => "visual basic",
+        "pas" => "pascal",
+        "f" | "f90" | "f95" => "fortran",
+        "nim" => "nim",
+        "cr" => "crystal",
+        "v" | "sv" => "verilog",
+        "vhd" | "vhdl" => "vhdl",
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_language_s_queries_compile_against_its_grammar() {
+        for lang in all() {
+            let c = compile(lang).unwrap_or_else(|e| panic!("{}: {e}", lang.name));
+            assert!(c.own_patterns > 0, "{} has its own query", lang.name);
+        }
+    }
+
+    #[test]
+    fn a_language_comes_from_the_extension_or_the_shebang() {
+        assert_eq!(by_extension("src/a.py").map(|l| l.name), Some("python"));
+        assert_eq!(by_extension("a.tsx").map(|l| l.name), Some("tsx"));
+        assert_eq!(by_extension("lib/x.h").map(|l| l.name), Some("c"));
+        assert_eq!(by_extension("Makefile").map(|l| l.name), None);
+        assert_eq!(shebang_interpreter("#!/usr/bin/env -S python3 -u"), Some("python3"));
+        assert_eq!(shebang_interpreter("#!/bin/bash -e"), Some("bash"));
+        assert_eq!(shebang_interpreter("# not one"), None);
+        assert_eq!(by_interpreter("python3.12").map(|l| l.name), Ok("python"));
+        assert_eq!(by_interpreter("ruby").map(|l| l.name), Ok("ruby"));
+        assert_eq!(by_interpreter("node").map(|l| l.name), Ok("javascript"));
+        assert_eq!(by_interpreter("bash").map(|l| l.name), Err("shell"));
+        assert_eq!(other_language("app/Main.kt"), Some("kotlin"));
+        assert_eq!(other_language("README.md"), None);
+        assert!(extensionless("bin/tool") && !extensionless("bin/tool.py"));
+    }
+}

@@ -1,0 +1,475 @@
+//! Code intelligence over the workspace's source files (tree-sitter): who calls a function or
+//! method, what a change to it reaches, and what a file or the workspace defines.
+//!
+//! Each tracked file of a language in `lang/` is parsed once and its facts — definitions with
+//! their nesting, call sites with their enclosing function and receiver, imports — are kept by
+//! size, mtime and content hash, so only changed files are parsed again, on every core. The
+//! facts are saved in `<state dir>/calls/` too, so a new gm does not parse the whole tree
+//! again: a parse of a large tree takes seconds, reading the cache back a fraction of that.
+//!
+//! - `lang/` — one module per language: its grammar, its queries, its few rules.
+//! - `extract.rs` — a file's facts from its language's queries.
+//! - `facts.rs` — what is kept per file.
+//! - `store.rs` — every file's facts in memory, with where each name is defined and called.
+//! - `resolve.rs` — which definitions a call may reach.
+//! - `answer.rs` — the replies of `callers`, `impact` and `symbols`.
+//! - `cache.rs` — the cache on disk.
+
+mod answer;
+mod cache;
+mod extract;
+mod facts;
+pub mod lang;
+mod resolve;
+mod store;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::UNIX_EPOCH;
+
+use actix::prelude::*;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use tree_sitter::Parser;
+
+pub use answer::{
+    CallSite, CallersReply, Definition, FoundReply, FoundSymbol, ImpactEdge, ImpactNode, ImpactReply, OutlineReply,
+    OutlineSymbol,
+};
+pub use facts::DefKind;
+
+use super::tracked::{tracked_files, Tracked};
+use crate::watch::{Changes, Subscription};
+use cache::{load, remove_stale_temporaries, Cached, Hash, Saver, Snapshot};
+use facts::FileFacts;
+use store::Store;
+
+/// The call-site index as an actor on its own thread (`SyncArbiter::start(1, ...)`).
+pub struct CallIndex {
+    workspace: PathBuf,
+    /// `<state dir>/calls/cache.bin`.
+    file: PathBuf,
+    store: Store,
+    /// The saved cache is read on the first call rather than at start: most sessions never ask
+    /// for callers, and those that do pay for the read once.
+    loaded: bool,
+    /// The cache changed since it was last saved.
+    dirty: bool,
+    saver: Option<Saver>,
+    /// What the watcher saw change: with it, a call looks only at those files.
+    changes: Subscription,
+    /// Source files as the last full refresh counted them; `None` before the first.
+    scanned: Option<usize>,
+    /// Tracked files of languages gm does not parse, by language, as the last refresh counted.
+    skipped: BTreeMap<String, usize>,
+    /// Whether the workspace is in a git repository (a new file is not tracked until added).
+    in_git: bool,
+}
+
+/// Whether a file may be source gm reads: an extension of one of its languages, or no
+/// extension and the executable bit (a script, whose shebang says its language).
+fn candidate(rel: &str, meta: &std::fs::Metadata) -> bool {
+    lang::by_extension(rel).is_some() || (lang::extensionless(rel) && meta.permissions().mode() & 0o111 != 0)
+}
+
+/// The language of a file's bytes: by its extension, or by its shebang. `Err` names another
+/// language (`shell`) or none (`""`: not a script).
+fn language_of(rel: &str, bytes: &[u8]) -> Result<&'static lang::Lang, &'static str> {
+    if let Some(l) = lang::by_extension(rel) {
+        return Ok(l);
+    }
+    let first = bytes.split(|&b| b == b'\n').next().unwrap_or(&[]);
+    let first = std::str::from_utf8(&first[..first.len().min(256)]).unwrap_or("");
+    match lang::shebang_interpreter(first) {
+        Some(program) => lang::by_interpreter(program),
+        None => Err(""),
+    }
+}
+
+/// Parses a file's bytes: its facts, or an entry with no facts for a file gm does not read
+/// (its `lang` says which language it is, if any, for the skipped counts).
+fn parse(rel: &str, bytes: Vec<u8>, parser: &mut Parser) -> FileFacts {
+    match language_of(rel, &bytes) {
+        Ok(l) => extract::analyze(l, &bytes, parser)
+            .unwrap_or_else(|| FileFacts { lang: l.name.into(), ..Default::default() }),
+        Err(other) => FileFacts { lang: other.to_owned(), ..Default::default() },
+    }
+}
+
+impl CallIndex {
+    /// The index of `workspace`, keeping its cache under `state_dir` (the workspace's `.gm`).
+    pub fn new(workspace: PathBuf, state_dir: PathBuf, changes: Subscription) -> Self {
+        let file = state_dir.join("calls").join("cache.bin");
+        let in_git = git2::Repository::discover(&workspace).is_ok();
+        Self {
+            workspace,
+            file,
+            store: Store::default(),
+            loaded: false,
+            dirty: false,
+            saver: None,
+            changes,
+            scanned: None,
+            skipped: BTreeMap::new(),
+            in_git,
+        }
+    }
+
+    /// Brings the cache up to date with every change made before this call: only the files
+    /// the watcher saw change, or everything when it cannot say (no watcher, lost events,
+    /// git's index moved). Returns (files parsed now, source files).
+    fn fresh(&mut self) -> Result<(usize, usize), String> {
+        let changes = self.changes.changes();
+        if let (Changes::Watched(dirty), Some(_)) = (&changes, self.scanned) {
+            if !dirty.all && !dirty.tracked {
+                if let Some(parsed) = self.update(&dirty.paths) {
+                    return Ok((parsed, self.source_files()));
+                }
+            }
+        }
+        self.refresh()
+    }
+
+    fn source_files(&self) -> usize {
+        self.store.files().filter(|(_, _, f)| lang::by_name(&f.lang).is_some()).count()
+    }
+
+    /// Reparses the changed files among `paths` (a path may be a directory that went away);
+    /// `None` when a new file outside git needs the file list read again.
+    fn update(&mut self, paths: &BTreeSet<String>) -> Option<usize> {
+        let mut candidates: BTreeSet<String> = BTreeSet::new();
+        for path in paths {
+            if self.store.contains(path) {
+                candidates.insert(path.clone());
+                continue;
+            }
+            let under = format!("{path}/");
+            let before = candidates.len();
+            candidates.extend(self.store.paths().filter(|k| k.starts_with(&under)).map(str::to_owned));
+            let new_file = candidates.len() == before;
+            if new_file && !self.in_git {
+                let meta = std::fs::metadata(self.workspace.join(path));
+                if meta.is_ok_and(|m| m.is_file() && candidate(path, &m)) {
+                    return None;
+                }
+            }
+        }
+        let mut stale = Vec::new();
+        for rel in candidates {
+            let path = self.workspace.join(&rel);
+            match std::fs::metadata(&path) {
+                Ok(meta) if meta.is_file() => {
+                    let mtime_ns = mtime_ns(&meta);
+                    let fresh = self.store.get(&rel).is_some_and(|c| c.size == meta.len() && c.mtime_ns == mtime_ns);
+                    if !fresh {
+                        stale.push((Tracked { rel, path }, meta.len(), mtime_ns));
+                    }
+                }
+                _ => {
+                    self.store.remove(&rel);
+                    self.dirty = true;
+                }
+            }
+        }
+        let parsed = self.reparse(stale);
+        self.save_if_dirty();
+        Some(parsed)
+    }
+
+    /// Reads the saved cache, once.
+    fn load(&mut self) {
+        if !std::mem::replace(&mut self.loaded, true) {
+            // No cache yet, one of another version or a damaged one: everything is parsed.
+            self.store = Store::from_entries(load(&self.file).unwrap_or_default());
+            if let Some(dir) = self.file.parent() {
+                remove_stale_temporaries(dir);
+            }
+        }
+    }
+
+    /// Brings the cache up to date; returns (files parsed now, source files).
+    fn refresh(&mut self) -> Result<(usize, usize), String> {
+        self.load();
+        let tracked = tracked_files(&self.workspace).map_err(|e| e.to_string())?;
+        let mut skipped: BTreeMap<String, usize> = BTreeMap::new();
+        let mut stale = Vec::new();
+        let mut live: BTreeSet<&str> = BTreeSet::new();
+        for f in &tracked {
+            let quick = lang::by_extension(&f.rel).is_some() || lang::extensionless(&f.rel);
+            if !quick {
+                if let Some(other) = lang::other_language(&f.rel) {
+                    *skipped.entry(other.to_owned()).or_default() += 1;
+                }
+                continue;
+            }
+            let Ok(meta) = std::fs::metadata(&f.path) else { continue };
+            if !candidate(&f.rel, &meta) {
+                continue;
+            }
+            live.insert(&f.rel);
+            let mtime_ns = mtime_ns(&meta);
+            let fresh = self.store.get(&f.rel).is_some_and(|c| c.size == meta.len() && c.mtime_ns == mtime_ns);
+            if !fresh {
+                stale.push((f.clone(), meta.len(), mtime_ns));
+            }
+        }
+        let parsed = self.reparse(stale);
+        let gone: Vec<String> = self.store.paths().filter(|k| !live.contains(k)).map(str::to_owned).collect();
+        for rel in gone {
+            self.store.remove(&rel);
+            self.dirty = true;
+        }
+        for (_, _, f) in self.store.files() {
+            if !f.lang.is_empty() && lang::by_name(&f.lang).is_none() {
+                *skipped.entry(f.lang.clone()).or_default() += 1;
+            }
+        }
+        self.skipped = skipped;
+        self.save_if_dirty();
+        let sources = self.source_files();
+        self.scanned = Some(sources);
+        Ok((parsed, sources))
+    }
+
+    /// Reads the `stale` files (file, size, mtime in ns, as stat saw them) on every core and
+    /// merges them into the cache: one whose content hash is the cached one (a `touch`, a
+    /// checkout back and forth) only takes its new mtime — hashing is far cheaper than
+    /// parsing — and any other is parsed. A file that cannot be read keeps its entry. Returns
+    /// the number of files parsed.
+    fn reparse(&mut self, stale: Vec<(Tracked, u64, u64)>) -> usize {
+        let work: Vec<(Tracked, u64, Option<Hash>)> = stale
+            .into_iter()
+            .map(|(f, size, mtime_ns)| {
+                let known = self.store.get(&f.rel).filter(|c| c.size == size).map(|c| c.hash);
+                (f, mtime_ns, known)
+            })
+            .collect();
+        let read = parse_all(&work);
+        let mut parsed = 0;
+        for (rel, reread) in read {
+            self.dirty = true;
+            match reread {
+                Reread::Same { mtime_ns } => self.store.touch(&rel, mtime_ns),
+                Reread::Parsed(c) => {
+                    parsed += usize::from(lang::by_name(&c.facts.lang).is_some());
+                    self.store.insert(rel, c);
+                }
+            }
+        }
+        parsed
+    }
+
+    /// Hands a snapshot of the cache to the saving thread when it changed.
+    fn save_if_dirty(&mut self) {
+        if !std::mem::take(&mut self.dirty) {
+            return;
+        }
+        let snapshot: Snapshot = self.store.snapshot();
+        let file = &self.file;
+        self.saver.get_or_insert_with(|| Saver::start(file.clone())).save(snapshot);
+    }
+
+    fn counts(&self, parsed: usize, scanned: usize) -> answer::Counts {
+        answer::Counts { parsed, scanned, skipped: self.skipped.clone() }
+    }
+
+    fn callers(&mut self, msg: Callers) -> Result<CallersReply, String> {
+        let (parsed, scanned) = self.fresh()?;
+        let counts = self.counts(parsed, scanned);
+        Ok(answer::callers(&self.workspace, &self.store, &msg.symbol, msg.path.as_deref(), msg.limit, counts))
+    }
+
+    fn impact(&mut self, msg: Impact) -> Result<ImpactReply, String> {
+        self.fresh()?;
+        Ok(answer::impact(&self.store, &msg.symbol, msg.depth, self.skipped.clone()))
+    }
+
+    fn symbols(&mut self, msg: Symbols) -> Result<SymbolsReply, SymbolsError> {
+        match msg.target {
+            SymbolsOf::File(rel) => self.outline(&rel, msg.offset, msg.limit).map(SymbolsReply::Outline),
+            SymbolsOf::Query { query, kind, path } => {
+                let (parsed, scanned) = self.fresh().map_err(SymbolsError::Internal)?;
+                self.store.list_constants();
+                let counts = self.counts(parsed, scanned);
+                let args = answer::FindArgs {
+                    query: &query,
+                    kind,
+                    path: path.as_deref(),
+                    offset: msg.offset,
+                    limit: msg.limit,
+                };
+                Ok(SymbolsReply::Found(answer::find(&self.workspace, &self.store, args, counts)))
+            }
+        }
+    }
+
+    /// One file's outline. The file is read as it is now: from the index when its entry is
+    /// fresh, else parsed on the spot (without reading the whole cache, which a first call on
+    /// a large tree would wait for).
+    fn outline(&mut self, rel: &str, offset: usize, limit: usize) -> Result<OutlineReply, SymbolsError> {
+        let path = self.workspace.join(rel);
+        let meta = std::fs::metadata(&path).map_err(|_| SymbolsError::NotFound(rel.to_owned()))?;
+        if meta.is_dir() {
+            return Err(SymbolsError::IsADirectory(rel.to_owned()));
+        }
+        if self.loaded {
+            if let Some(c) = self.store.get(rel).filter(|c| c.size == meta.len() && c.mtime_ns == mtime_ns(&meta)) {
+                if lang::by_name(&c.facts.lang).is_some() {
+                    let facts = c.facts.clone();
+                    return Ok(answer::outline(&self.workspace, rel, &facts, offset, limit));
+                }
+            }
+        }
+        let bytes = std::fs::read(&path).map_err(|e| SymbolsError::Internal(format!("cannot read {rel}: {e}")))?;
+        let lang = language_of(rel, &bytes).map_err(|other| SymbolsError::Unsupported {
+            path: rel.to_owned(),
+            language: if other.is_empty() { None } else { Some(other.to_owned()) },
+        })?;
+        if std::str::from_utf8(&bytes).is_err() {
+            return Err(SymbolsError::NotText { path: rel.to_owned(), size: bytes.len() as u64 });
+        }
+        let facts = extract::analyze(lang, &bytes, &mut Parser::new())
+            .ok_or_else(|| SymbolsError::Internal(format!("the {} parser could not read {rel}", lang.name)))?;
+        Ok(answer::outline(&self.workspace, rel, &facts, offset, limit))
+    }
+}
+
+/// Reads and parses files on every core; returns what each read found.
+fn parse_all(work: &[(Tracked, u64, Option<Hash>)]) -> Vec<(String, Reread)> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // Small pieces handed out in turn, so that one core is not left with the big files.
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    const PIECE: usize = 16;
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads.min(work.len().div_ceil(PIECE)).max(1))
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut parser = Parser::new();
+                    let mut out = Vec::new();
+                    loop {
+                        let from = next.fetch_add(PIECE, std::sync::atomic::Ordering::Relaxed);
+                        let Some(part) = work.get(from..(from + PIECE).min(work.len())) else { break };
+                        if part.is_empty() {
+                            break;
+                        }
+                        for (f, mtime_ns, known) in part {
+                            let Ok(bytes) = std::fs::read(&f.path) else { continue };
+                            let hash: Hash = Sha256::digest(&bytes).into();
+                            if *known == Some(hash) {
+                                out.push((f.rel.clone(), Reread::Same { mtime_ns: *mtime_ns }));
+                                continue;
+                            }
+                            // The size of the bytes parsed, not the one stat saw: the entry
+                            // describes what was parsed even when the file was written in
+                            // between (its older mtime makes the next call look).
+                            let size = bytes.len() as u64;
+                            let facts = Arc::new(parse(&f.rel, bytes, &mut parser));
+                            out.push((
+                                f.rel.clone(),
+                                Reread::Parsed(Cached { size, mtime_ns: *mtime_ns, hash, facts }),
+                            ));
+                        }
+                    }
+                    out
+                })
+            })
+            .collect();
+        handles.into_iter().filter_map(|h| h.join().ok()).flatten().collect()
+    })
+}
+
+/// What reading a stale file found.
+enum Reread {
+    /// The cached content, under a new mtime.
+    Same {
+        mtime_ns: u64,
+    },
+    Parsed(Cached),
+}
+
+fn mtime_ns(meta: &std::fs::Metadata) -> u64 {
+    let since_epoch = meta.modified().ok().and_then(|t| t.duration_since(UNIX_EPOCH).ok());
+    since_epoch.map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+impl Actor for CallIndex {
+    type Context = SyncContext<Self>;
+}
+
+/// Who calls `symbol` (a function or method name; `Type.name`, `module.name` narrow it).
+#[derive(Message)]
+#[rtype(result = "Result<CallersReply, String>")]
+pub struct Callers {
+    pub symbol: String,
+    pub path: Option<String>,
+    pub limit: usize,
+}
+
+/// What calls `symbol`, and what calls those, up to `depth` steps.
+#[derive(Message)]
+#[rtype(result = "Result<ImpactReply, String>")]
+pub struct Impact {
+    pub symbol: String,
+    pub depth: usize,
+}
+
+/// A file's outline, or the workspace's definitions matching a name.
+#[derive(Message)]
+#[rtype(result = "Result<SymbolsReply, SymbolsError>")]
+pub struct Symbols {
+    pub target: SymbolsOf,
+    pub offset: usize,
+    pub limit: usize,
+}
+
+pub enum SymbolsOf {
+    File(String),
+    Query { query: String, kind: Option<DefKind>, path: Option<String> },
+}
+
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum SymbolsReply {
+    Outline(OutlineReply),
+    Found(FoundReply),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SymbolsError {
+    #[error("no file at {0}")]
+    NotFound(String),
+    #[error("{0} is a directory")]
+    IsADirectory(String),
+    #[error("{path} is not UTF-8 text ({size} bytes)")]
+    NotText { path: String, size: u64 },
+    #[error("{path} is not in a language gm reads{}; it reads {}", language.as_ref().map(|l| format!(" (it is {l})")).unwrap_or_default(), lang::all().iter().map(|l| l.name).collect::<Vec<_>>().join(", "))]
+    Unsupported { path: String, language: Option<String> },
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl Handler<Callers> for CallIndex {
+    type Result = Result<CallersReply, String>;
+    fn handle(&mut self, msg: Callers, _: &mut SyncContext<Self>) -> Self::Result {
+        self.callers(msg)
+    }
+}
+
+impl Handler<Impact> for CallIndex {
+    type Result = Result<ImpactReply, String>;
+    fn handle(&mut self, msg: Impact, _: &mut SyncContext<Self>) -> Self::Result {
+        self.impact(msg)
+    }
+}
+
+impl Handler<Symbols> for CallIndex {
+    type Result = Result<SymbolsReply, SymbolsError>;
+    fn handle(&mut self, msg: Symbols, _: &mut SyncContext<Self>) -> Self::Result {
+        self.symbols(msg)
+    }
+}
+
+#[cfg(test)]
+mod tests;
