@@ -3,7 +3,7 @@
 import subprocess, time, json, sys, os, tempfile
 def run(gm, extra, n=1500):
     ws = tempfile.mkdtemp(); d = tempfile.mkdtemp(); open(os.path.join(d,'mcp.json'),'w').write('{"mcpServers":{}}')
-    p = subprocess.Popen([gm,'serve','--workspace',ws,*extra], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=dict(os.environ, GM_DEFAULTS_DIR=d))
+    p = subprocess.Popen([gm,'serve','--workspace',ws,*extra], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=dict(os.environ, GM_DEFAULTS_DIR=d, GM_WORKER_IDLE_MS="1000"))
     def req(i, method, params):
         p.stdin.write((json.dumps({"jsonrpc":"2.0","id":i,"method":method,"params":params})+"\n").encode()); p.stdin.flush()
         while True:
