@@ -9,7 +9,6 @@ use gm_actors::js_engine::JsEngines;
 use gm_actors::transport::Send as SendLine;
 
 use crate::run_state::RunStore;
-use crate::server::surface::Surface;
 use crate::verbs::Ctx;
 
 /// The worker's shared state: one of each for the workspace, whatever number of sessions.
@@ -32,6 +31,24 @@ pub struct Conn {
     pub page_size: usize,
     /// The step budget of a new run, unless its first step sets one.
     pub step_budget: u64,
-    /// The relay's process and build (`None` for stdio).
-    pub relay: Option<crate::worker::hello::Build>,
+    /// The relay's process and build as it said them (`None` for stdio), for `gm status`.
+    pub relay: Option<serde_json::Value>,
+}
+
+/// Which tools a session is served: `code` (default) — `next_context`, `run_code`, `finish`,
+/// every verb inside run_code — or `tools`, every verb as its own tool (`crate::server::surface`
+/// derives them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Surface {
+    Code,
+    Tools,
+}
+
+impl Surface {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Surface::Code => "code",
+            Surface::Tools => "tools",
+        }
+    }
 }

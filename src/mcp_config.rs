@@ -131,12 +131,7 @@ pub fn defaults_file() -> Option<PathBuf> {
     if let Some(dir) = std::env::var_os("GM_DEFAULTS_DIR") {
         candidates.push(PathBuf::from(dir));
     }
-    if let Some(exe_dir) = std::env::current_exe().ok().and_then(|e| e.parent().map(Path::to_path_buf)) {
-        for up in [&exe_dir, &exe_dir.join(".."), &exe_dir.join("../..")] {
-            candidates.push(up.join("defaults"));
-        }
-    }
-    candidates.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("defaults"));
+    candidates.extend(gm_actors::builds::running_part_candidates("defaults", Path::new(env!("CARGO_MANIFEST_DIR"))));
     candidates.into_iter().map(|d| d.join("mcp.json")).find(|f| f.is_file())
 }
 

@@ -16,6 +16,20 @@ use serde::{Deserialize, Serialize};
 /// (`next_context({ stepBudget })`) says otherwise.
 pub const DEFAULT_STEP_BUDGET: u64 = 200;
 
+/// A run id: UTC start time plus a random suffix, sortable and unique.
+pub fn new_run_id() -> String {
+    let now = time::OffsetDateTime::now_utc();
+    let stamp =
+        now.format(time::macros::format_description!("[year][month][day]T[hour][minute][second]Z")).unwrap_or_default();
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    format!("{stamp}-{}", &id[..8])
+}
+
+/// A session id: `s-` and the UTC time the relay started, plus a random suffix.
+pub fn new_session_id() -> String {
+    format!("s-{}", new_run_id())
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RunState {

@@ -21,7 +21,7 @@ use crate::blobs::Blobs;
 use crate::children::Children;
 use crate::gitignore;
 use crate::mcp_config;
-use crate::run_state::RunStore;
+use crate::run_state::{new_run_id, new_session_id, RunStore};
 use crate::search::calls::CallIndex;
 use crate::search::index_actor::SearchIndex;
 use crate::secrets::SecretsFile;
@@ -131,20 +131,6 @@ fn prune_blobs(blobs: Arc<Blobs>, log: Addr<LogWriter>) {
     if let Err(e) = spawned {
         eprintln!("gm: cannot start pruning the blob store: {e}");
     }
-}
-
-/// A run id: UTC start time plus a random suffix, sortable and unique.
-pub fn new_run_id() -> String {
-    let now = time::OffsetDateTime::now_utc();
-    let stamp =
-        now.format(time::macros::format_description!("[year][month][day]T[hour][minute][second]Z")).unwrap_or_default();
-    let id = uuid::Uuid::new_v4().simple().to_string();
-    format!("{stamp}-{}", &id[..8])
-}
-
-/// A session id: `s-` and the UTC time the relay started, plus a random suffix.
-pub fn new_session_id() -> String {
-    format!("s-{}", new_run_id())
 }
 
 /// How this gm serves.

@@ -57,12 +57,7 @@ impl Skills {
         if let Some(dir) = std::env::var_os("GM_SKILLS_DIR") {
             candidates.push(PathBuf::from(dir));
         }
-        if let Some(exe_dir) = std::env::current_exe().ok().and_then(|e| e.parent().map(Path::to_path_buf)) {
-            for up in [&exe_dir, &exe_dir.join(".."), &exe_dir.join("../..")] {
-                candidates.push(up.join("skills"));
-            }
-        }
-        candidates.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("skills"));
+        candidates.extend(gm_actors::builds::running_part_candidates("skills", Path::new(env!("CARGO_MANIFEST_DIR"))));
         let dir = candidates.into_iter().find(|d| d.join("gm/SKILL.md").is_file());
         Self { dir: dir.and_then(|d| d.canonicalize().ok()) }
     }

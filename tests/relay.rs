@@ -184,7 +184,8 @@ fn five_deaths_within_a_minute_give_a_final_error_naming_the_causes_and_the_log(
     if r["structuredContent"]["error"]["code"] == "worker_restarted" {
         r = gm.call("run_code", json!({ "code": "return 1;" }));
     }
-    assert_eq!(r["isError"], true, "{r}");
+    let exits = std::fs::read_to_string(gm.workspace.join(".gm/worker-exits.jsonl")).unwrap_or_default();
+    assert_eq!(r["isError"], true, "{r}\nexits:\n{exits}");
     let error = &r["structuredContent"]["error"];
     assert_eq!(error["code"], "worker_failed", "{r}");
     let message = error["message"].as_str().unwrap();

@@ -15,9 +15,24 @@ pub fn replace(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// Replaces `path` with `bytes`, giving the new file `mode` and syncing it before the rename
 /// when `sync` is set (a user's file: the rename must not land before the data).
 pub fn replace_with(path: &Path, bytes: &[u8], mode: Option<u32>, sync: bool) -> std::io::Result<()> {
-    let tmp = temp_beside(path);
-    let written = (|| {
-        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+    Staged::write(path, bytes, mode, sync)?.commit()
+}
+
+/// New content written beside its target and not in place yet: [`Staged::commit`] renames it
+/// over the target; dropped uncommitted, it is removed. Between the two a writer can look at the
+/// target again (`gm install` merges another program's change made meanwhile).
+pub struct Staged {
+    tmp: PathBuf,
+    target: PathBuf,
+    synced: bool,
+    done: bool,
+}
+
+impl Staged {
+    /// Writes `bytes` to a temporary file beside `path`, with `mode`, synced when `sync` is set.
+    pub fn write(path: &Path, bytes: &[u8], mode: Option<u32>, sync: bool) -> std::io::Result<Staged> {
+        let staged = Staged { tmp: temp_beside(path), target: path.to_owned(), synced: sync, done: false };
+        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(&staged.tmp)?;
         f.write_all(bytes)?;
         if let Some(mode) = mode {
             crate::sys::set_permission_bits(&f, mode)?;
@@ -25,12 +40,29 @@ pub fn replace_with(path: &Path, bytes: &[u8], mode: Option<u32>, sync: bool) ->
         if sync {
             f.sync_data()?;
         }
-        std::fs::rename(&tmp, path)
-    })();
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+        Ok(staged)
     }
-    written
+
+    /// Renames the new content over the target; a synced write also syncs the folder, so the
+    /// rename itself is on disk (best effort where a folder cannot be opened).
+    pub fn commit(mut self) -> std::io::Result<()> {
+        std::fs::rename(&self.tmp, &self.target)?;
+        self.done = true;
+        if self.synced {
+            if let Some(dir) = self.target.parent().and_then(|d| std::fs::File::open(d).ok()) {
+                let _ = dir.sync_all();
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
 }
 
 /// `.<name>.gm-tmp-<pid>-<n>` in `path`'s directory.

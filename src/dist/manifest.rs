@@ -62,44 +62,16 @@ pub fn add_target(path: &Path, target: &str, entry: TargetEntry) -> Result<Manif
     Ok(manifest)
 }
 
-/// Orders two versions the semver way: numeric parts as numbers, a pre-release below its
-/// release (`1.0.0-rc.1` < `1.0.0`), build metadata ignored. A part that is not a number
-/// sorts after numbers, by its text.
+/// Orders two versions by semver precedence (a pre-release below its release, build metadata
+/// ignored). A version that is not semver sorts below every one that is, and among its kind by
+/// its text: gm's own versions are always semver.
 pub fn compare_versions(a: &str, b: &str) -> Ordering {
-    fn split(v: &str) -> (&str, Option<&str>) {
-        let v = v.split('+').next().unwrap_or(v);
-        match v.split_once('-') {
-            Some((core, pre)) => (core, Some(pre)),
-            None => (v, None),
-        }
+    match (semver::Version::parse(a), semver::Version::parse(b)) {
+        (Ok(x), Ok(y)) => x.cmp_precedence(&y),
+        (Ok(_), Err(_)) => Ordering::Greater,
+        (Err(_), Ok(_)) => Ordering::Less,
+        (Err(_), Err(_)) => a.cmp(b),
     }
-    fn parts(s: &str) -> impl Iterator<Item = Result<u64, &str>> {
-        s.split('.').map(|p| p.parse::<u64>().map_err(|_| p))
-    }
-    fn compare_parts(a: &str, b: &str) -> Ordering {
-        let (mut a, mut b) = (parts(a), parts(b));
-        loop {
-            let ord = match (a.next(), b.next()) {
-                (None, None) => return Ordering::Equal,
-                (None, Some(_)) => Ordering::Less,
-                (Some(_), None) => Ordering::Greater,
-                (Some(Ok(x)), Some(Ok(y))) => x.cmp(&y),
-                (Some(Ok(_)), Some(Err(_))) => Ordering::Less,
-                (Some(Err(_)), Some(Ok(_))) => Ordering::Greater,
-                (Some(Err(x)), Some(Err(y))) => x.cmp(y),
-            };
-            if ord != Ordering::Equal {
-                return ord;
-            }
-        }
-    }
-    let ((core_a, pre_a), (core_b, pre_b)) = (split(a), split(b));
-    compare_parts(core_a, core_b).then_with(|| match (pre_a, pre_b) {
-        (None, None) => Ordering::Equal,
-        (None, Some(_)) => Ordering::Greater,
-        (Some(_), None) => Ordering::Less,
-        (Some(x), Some(y)) => compare_parts(x, y),
-    })
 }
 
 #[cfg(test)]
@@ -123,7 +95,8 @@ mod tests {
         assert_eq!(compare_versions("1.0.0-rc.1", "1.0.0"), Ordering::Less);
         assert_eq!(compare_versions("1.0.0-rc.2", "1.0.0-rc.10"), Ordering::Less);
         assert_eq!(compare_versions("1.0.0+abc", "1.0.0"), Ordering::Equal);
-        assert_eq!(compare_versions("1.0", "1.0.1"), Ordering::Less);
+        assert_eq!(compare_versions("1.0", "1.0.1"), Ordering::Less, "not semver: below any semver");
+        assert_eq!(compare_versions("1.0.0-rc.1", "1.0.0-rc.1.1"), Ordering::Less);
     }
 
     #[test]

@@ -158,9 +158,9 @@ impl Parts {
 
 /// `name` beside the binary, one or two levels up, or in the checkout gm was built from.
 fn beside_binary(name: &str) -> Option<PathBuf> {
-    let exe_dir = std::env::current_exe().ok().and_then(|e| e.parent().map(Path::to_path_buf));
-    let ups = exe_dir.into_iter().flat_map(|d| [d.clone(), d.join(".."), d.join("../..")]);
-    ups.chain([PathBuf::from(env!("CARGO_MANIFEST_DIR"))]).map(|d| d.join(name)).find(|p| p.is_file())
+    gm_actors::builds::running_part_candidates(name, Path::new(env!("CARGO_MANIFEST_DIR")))
+        .into_iter()
+        .find(|p| p.is_file())
 }
 
 /// Writes the archive: the folder `stem` holding the binary and `build.json` from `scratch`,

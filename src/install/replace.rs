@@ -6,7 +6,7 @@
 //! the rename, a few microseconds instead of the whole edit.
 
 use std::fs;
-use std::io::{self, Write};
+use std::io;
 use std::path::Path;
 
 use super::InstallError;
@@ -31,37 +31,21 @@ pub fn rewrite(
     after_write: &mut dyn FnMut(&Path),
 ) -> Result<bool, InstallError> {
     let io_err = |source| InstallError::Io { path: path.to_owned(), source };
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
     for _ in 0..ATTEMPTS {
         let before = read_text(path)?;
         let Edit::Write(new) = edit(before.as_deref())? else { return Ok(false) };
-
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let mut tmp = tempfile::Builder::new()
-            .prefix(&format!(".{name}."))
-            .suffix(".gm-tmp")
-            .tempfile_in(dir)
-            .map_err(|source| InstallError::Io { path: dir.to_owned(), source })?;
-        tmp.write_all(new.as_bytes()).map_err(io_err)?;
-        if before.is_some() {
-            // The user's file keeps its permissions (a new one stays owner-only, as tempfile
-            // makes it).
-            if let Ok(meta) = fs::metadata(path) {
-                tmp.as_file().set_permissions(meta.permissions()).map_err(io_err)?;
-            }
-        }
-        tmp.as_file().sync_all().map_err(io_err)?;
+        // The user's file keeps its permissions; a new one is owner-only.
+        let mode = match before {
+            Some(_) => fs::metadata(path).ok().and_then(|m| gm_actors::sys::permission_bits(&m)),
+            None => Some(0o600),
+        };
+        let staged = gm_actors::fs::Staged::write(path, new.as_bytes(), mode, true).map_err(io_err)?;
         after_write(path);
-
         if read_text(path)? != before {
-            // Dropping the temporary file removes it.
+            // Dropping the staged file removes it.
             continue;
         }
-        tmp.persist(path).map_err(|e| io_err(e.error))?;
-        sync_dir(dir);
+        staged.commit().map_err(io_err)?;
         return Ok(true);
     }
     Err(InstallError::KeptChanging { path: path.to_owned(), attempts: ATTEMPTS })
@@ -77,12 +61,4 @@ pub fn read_text(path: &Path) -> Result<Option<String>, InstallError> {
     String::from_utf8(bytes)
         .map(Some)
         .map_err(|e| InstallError::NotUtf8 { path: path.to_owned(), why: e.utf8_error().to_string() })
-}
-
-/// Syncs the rename itself. Best effort: a folder cannot be opened for syncing everywhere
-/// (Windows), and the data is already synced.
-fn sync_dir(dir: &Path) {
-    if let Ok(d) = fs::File::open(dir) {
-        let _ = d.sync_all();
-    }
 }

@@ -127,10 +127,16 @@ impl Finder {
             return handshake(stream, hello);
         }
         let pid = self.start_worker(restarts)?;
-        let stream = UnixStream::connect(&socket).map_err(|e| {
-            ConnectError::Other(format!("the worker (pid {pid}) said it was ready but its socket refuses: {e}"))
-        })?;
-        handshake(stream, hello)
+        let connected = UnixStream::connect(&socket)
+            .map_err(|e| {
+                ConnectError::Other(format!("the worker (pid {pid}) said it was ready but its socket refuses: {e}"))
+            })
+            .and_then(|stream| handshake(stream, hello));
+        if connected.is_err() && !sys::process_exists(pid) {
+            // It died as it started: its end is recorded before anyone counts the deaths.
+            let _ = self.reaped.cause(pid, Duration::from_secs(10));
+        }
+        connected
     }
 
     /// Starts a worker and waits until it listens; returns its pid. A worker that exits first

@@ -234,7 +234,7 @@ impl Relay {
         let files = Files::of(&workspace);
         let hello = Hello {
             protocol: PROTOCOL,
-            session: crate::serve::new_session_id(),
+            session: crate::run_state::new_session_id(),
             relay: Build::this_process(),
             surface: opts.surface.as_str().to_owned(),
             page_size: opts.page_size,
@@ -533,7 +533,9 @@ impl Relay {
                             break;
                         }
                         Err(why) => {
-                            eprintln!("gm: {why}");
+                            // That worker died too: its death counts before the next look.
+                            let cause = self.cause_of(conn.worker.pid);
+                            eprintln!("gm: {why} ({cause})");
                             attempts += 1;
                         }
                     },

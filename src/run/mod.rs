@@ -61,7 +61,7 @@ impl RunSession {
 
     /// Starts the session's next run (after a finish).
     fn start_new_run(&mut self) {
-        self.run = RunState::new(crate::serve::new_run_id(), self.step_budget);
+        self.run = RunState::new(crate::run_state::new_run_id(), self.step_budget);
         self.resumed = None;
         self.scope = Scope { session: self.session.clone(), run: self.run.run_id.as_str().into() };
     }

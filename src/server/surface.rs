@@ -11,20 +11,7 @@ use crate::protocol::mcp;
 use crate::run::{loop_tool, loop_tools, LoopTool};
 use crate::verbs::{self, Effect, Traits};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Surface {
-    Code,
-    Tools,
-}
-
-impl Surface {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Surface::Code => "code",
-            Surface::Tools => "tools",
-        }
-    }
-}
+pub use crate::app::Surface;
 
 /// The tool definitions of a surface, in order. `children` are the child servers' tools, which
 /// the code surface's run_code names.

@@ -202,7 +202,7 @@ impl Worker {
         let (sessions, leaving) = (&self.sessions, &self.leaving);
         let live = |s: &str| sessions.get(s).is_some_and(|e| !leaving.contains(s) && !e.peer_gone());
         let (run, opened, problems) =
-            self.app.runs.open(&hello.session, &live, || RunState::new(crate::serve::new_run_id(), budget));
+            self.app.runs.open(&hello.session, &live, || RunState::new(crate::run_state::new_run_id(), budget));
         let session: Arc<str> = hello.session.as_str().into();
         let run = RunSession::new(session.clone(), run, opened.clone(), budget);
         let scope = run.scope().clone();
@@ -246,7 +246,7 @@ impl Worker {
             max_line_bytes: hello.max_line_bytes,
             page_size: hello.page_size.max(1),
             step_budget: budget,
-            relay: (!stdio).then(|| hello.relay.clone()),
+            relay: (!stdio).then(|| serde_json::to_value(&hello.relay).unwrap_or_default()),
         };
         let server = Server::new(self.app.clone(), conn, run, ctx.address(), stdio).start();
         self.sessions.insert(session, Session { server: server.clone(), probe });

@@ -322,6 +322,23 @@ fn valid_version(v: &str) -> bool {
         && v.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '+' | '_'))
 }
 
+/// Where a part of a build (`skills`, `defaults`, `README.md`...) is looked for around the folder
+/// `dir` holding the binary: beside it, or one or two folders up (an unpacked archive holds them
+/// beside `gm`; a checkout's `target/<profile>/gm` has them two folders up). Every way gm finds
+/// its parts goes through here.
+pub fn part_candidates(dir: &Path, part: &str) -> [PathBuf; 3] {
+    [dir.join(part), dir.join("..").join(part), dir.join("../..").join(part)]
+}
+
+/// [`part_candidates`] around the running binary, then the checkout gm was built from
+/// (`checkout`: the crate's manifest folder, for a binary moved out of its checkout).
+pub fn running_part_candidates(part: &str, checkout: &Path) -> Vec<PathBuf> {
+    let exe_dir = std::env::current_exe().ok().and_then(|e| e.parent().map(Path::to_path_buf));
+    let mut out: Vec<PathBuf> = exe_dir.iter().flat_map(|d| part_candidates(d, part)).collect();
+    out.push(checkout.join(part));
+    out
+}
+
 /// (name in the build, where it is now) for every part found.
 fn build_files(src: &Path) -> Result<Vec<(String, PathBuf)>, BuildError> {
     let mut files = vec![(EXE.to_string(), src.join(EXE))];
@@ -329,10 +346,7 @@ fn build_files(src: &Path) -> Result<Vec<(String, PathBuf)>, BuildError> {
         files.push((BUILD_FILE.into(), src.join(BUILD_FILE)));
     }
     for part in PARTS {
-        let found = [src.to_path_buf(), src.join(".."), src.join("../..")]
-            .into_iter()
-            .map(|d| d.join(part))
-            .find(|p| p.exists());
+        let found = part_candidates(src, part).into_iter().find(|p| p.exists());
         if let Some(path) = found {
             files.push((part.into(), path));
         }
