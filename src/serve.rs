@@ -28,7 +28,7 @@ use crate::secrets::SecretsFile;
 use crate::server::surface::Surface;
 use crate::skills::Skills;
 use crate::verbs::{self, Ctx, Shared, VerbError};
-use crate::watch::{Status as WatchStatus, Watcher};
+use crate::watch::{Status as WatchStatus, Unwatched, Watcher};
 use crate::worker::hello::{Build, Hello, WorkerSettings};
 use crate::worker::paths::{self, Files};
 use crate::worker::{OpenStdio, Stop, Worker, WorkerSpec};
@@ -94,10 +94,20 @@ fn start_search(workspace: &Path, state_dir: &Path, watcher: &Watcher) -> Addr<S
 /// `watch` event.
 fn start_watcher(workspace: &Path, state_dir: &Path, log: Addr<LogWriter>) -> Watcher {
     Watcher::start(workspace, state_dir, move |status| {
+        let unwatched_json =
+            |u: &[Unwatched]| -> Vec<Value> { u.iter().map(|u| json!({ "dir": u.dir, "why": u.why })).collect() };
         let fields = match status {
-            WatchStatus::Watching { backend, dirs, ms } => {
+            WatchStatus::Watching { backend, dirs, ms, unwatched } if unwatched.is_empty() => {
                 json!({ "state": "watching", "backend": backend, "dirs": dirs, "ms": ms })
             }
+            WatchStatus::Watching { backend, dirs, ms, unwatched } => json!({
+                "state": "watching", "backend": backend, "dirs": dirs, "ms": ms,
+                "unwatched": unwatched_json(&unwatched), "then": "searches check these directories' files at each call",
+            }),
+            WatchStatus::Skipped(u) => json!({
+                "state": "watching", "unwatched": unwatched_json(std::slice::from_ref(&u)),
+                "then": "searches check these directories' files at each call",
+            }),
             WatchStatus::Failed { why } => json!({ "state": "failed", "why": why, "then": "searches rescan" }),
         };
         log.do_send(Event::new("watch", fields));

@@ -237,7 +237,14 @@ impl Handler<Search> for SearchIndex {
         let index = self.index.as_mut().ok_or("the search index is not open")?;
         let first = !index.is_scanned();
         let (mut refreshed, fresh) = match changes {
-            Changes::Watched(dirty) => {
+            Changes::Watched(mut dirty) => {
+                // What the watcher could not watch is checked here, by size and mtime.
+                if !(first || dirty.all || dirty.tracked || dirty.unwatched.is_empty()) {
+                    match index.changed_under(&dirty.unwatched) {
+                        Some(changed) => dirty.paths.extend(changed),
+                        None => dirty.all = true,
+                    }
+                }
                 let refreshed = if first || dirty.all || dirty.tracked {
                     pending.clear(); // a full refresh reindexes them too
                     Some(index.refresh().map_err(|e| e.to_string())?)
