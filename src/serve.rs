@@ -84,10 +84,16 @@ pub fn workspace(path: &Path) -> Result<PathBuf, ServeError> {
     Ok(canonical)
 }
 
-/// The search index, on a thread of its own (indexing is blocking work).
-fn start_search(workspace: &Path, state_dir: &Path, watcher: &Watcher) -> Addr<SearchIndex> {
+/// The search index, on a thread of its own (indexing is blocking work); a background build's
+/// outcome is logged.
+fn start_search(
+    workspace: &Path,
+    state_dir: &Path,
+    watcher: &Watcher,
+    log: Option<Addr<LogWriter>>,
+) -> Addr<SearchIndex> {
     let (workspace, dir, watcher) = (workspace.to_owned(), state_dir.join("index"), watcher.clone());
-    SyncArbiter::start(1, move || SearchIndex::new(workspace.clone(), dir.clone(), watcher.subscribe()))
+    SyncArbiter::start(1, move || SearchIndex::new(workspace.clone(), dir.clone(), watcher.subscribe(), log.clone()))
 }
 
 /// The workspace watcher, which tells search and callers what changed; how it went is a
@@ -201,7 +207,7 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
             log.do_send(Event::new("mcp-server", json!({ "state": "leftovers-ended", "groups": leftovers })));
         }
         let ctx = Ctx::new(Shared {
-            search: start_search(&workspace, &state_dir, &watcher),
+            search: start_search(&workspace, &state_dir, &watcher, Some(log.clone())),
             calls: start_calls(&workspace, &state_dir, &watcher),
             workspace: workspace.clone().into(),
             secrets: Arc::new(SecretsFile::new(state_dir.join("secrets.env"))),
@@ -370,7 +376,7 @@ pub fn run_verb(workspace_dir: &Path, name: &str, args: Value) -> Result<Value, 
     system.block_on(async move {
         let state_dir = workspace.join(".gm");
         let ctx = Ctx::new(Shared {
-            search: start_search(&workspace, &state_dir, &Watcher::off("the one-shot CLI does not watch")),
+            search: start_search(&workspace, &state_dir, &Watcher::off("the one-shot CLI does not watch"), None),
             calls: start_calls(&workspace, &state_dir, &Watcher::off("the one-shot CLI does not watch")),
             secrets: Arc::new(SecretsFile::new(state_dir.join("secrets.env"))),
             jobs: Jobs::new(state_dir.join("jobs")).start(),

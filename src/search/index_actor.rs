@@ -5,16 +5,23 @@
 //! A big tree with no index yet is not made to wait for the build (17 s for the Linux kernel):
 //! the first searches are answered from a scan of the files ([`super::provisional`], marked
 //! `provisional`) while the index builds on a thread of its own, which hands it back when done.
+//! The first scan takes every core (the build has not started); later ones take half of them,
+//! so that the build is not starved, and a query asked again while the watcher reports no
+//! change is answered from its earlier scan (`reused`), so that a client polling until the
+//! index is ready does not make it scan the tree again and again. What the watcher reports
+//! during the build is held and brought into the index by the first search after it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 
 use actix::prelude::*;
+use gm_actors::log_writer::{Event, LogWriter};
 use serde::Serialize;
+use serde_json::json;
 
 use super::index::{scan, IndexError, LineIndex, RefreshStats, Scan, SearchHit};
 use super::provisional::{self, ProvisionalFile};
-use crate::watch::{Changes, Subscription};
+use crate::watch::{Changes, Dirty, Subscription};
 
 /// The index as an actor on its own thread (start it with `SyncArbiter::start(1, ...)`).
 pub struct SearchIndex {
@@ -26,15 +33,26 @@ pub struct SearchIndex {
     /// Whether the last search had the watcher's word: when the watcher stops, the next
     /// search scans everything once, since what changed in between is not known.
     watched: bool,
-    /// The files of the tree while its first index builds (the index is on the build's
-    /// thread meanwhile); searches scan them.
-    building: Option<Vec<ProvisionalFile>>,
+    /// While the tree's first index builds (the index is on the build's thread meanwhile):
+    /// the files searches scan, and the answers they gave.
+    building: Option<Building>,
+    /// What the watcher reported while the index built, for the first search after it.
+    held: Dirty,
+    /// Where the build's outcome is logged (`search-index` events).
+    log: Option<Addr<LogWriter>>,
     /// What the background build did, for the first reply after it.
     built: Option<RefreshStats>,
     /// Files the watcher saw change that are not reindexed yet: searches read them as they
     /// are now (see [`LineIndex::search_with_pending`]) and a [`Flush`] after the reply
     /// reindexes them, so a search right after an edit does not wait for the commit.
     pending: BTreeSet<String>,
+}
+
+/// A tree whose first index is building.
+struct Building {
+    files: Vec<ProvisionalFile>,
+    /// Answers already given, by query, limit and prefix: good while nothing changes.
+    answers: HashMap<(String, usize, Option<String>), Vec<SearchHit>>,
 }
 
 /// At most this many changed files are read at search time rather than reindexed first.
@@ -51,7 +69,7 @@ fn sync_build_bytes() -> u64 {
 }
 
 impl SearchIndex {
-    pub fn new(workspace: PathBuf, dir: PathBuf, changes: Subscription) -> Self {
+    pub fn new(workspace: PathBuf, dir: PathBuf, changes: Subscription, log: Option<Addr<LogWriter>>) -> Self {
         Self {
             workspace,
             dir,
@@ -60,8 +78,57 @@ impl SearchIndex {
             changes,
             watched: false,
             building: None,
+            held: Dirty::default(),
+            log,
             built: None,
             pending: BTreeSet::new(),
+        }
+    }
+
+    /// A search while the index builds: answered from a scan of the files on half the cores,
+    /// or from an earlier scan of the same query when the watcher says nothing changed since.
+    fn search_while_building(&mut self, msg: &Search) -> Option<SearchReply> {
+        let building = self.building.as_mut()?;
+        // Every change is held for after the build; any change makes earlier answers stale.
+        let trusted = match self.changes.changes() {
+            Changes::Watched(dirty) => {
+                if dirty.changed() {
+                    building.answers.clear();
+                }
+                let unwatched = !dirty.unwatched.is_empty();
+                self.held.merge(dirty);
+                !unwatched
+            }
+            Changes::Unwatched(_) => {
+                // What changed is not known: the first search after the build rescans.
+                self.held.all = true;
+                building.answers.clear();
+                false
+            }
+        };
+        let key = (msg.query.clone(), msg.limit, msg.path_prefix.clone());
+        let reply = |hits, reused| SearchReply {
+            hits,
+            provisional: true,
+            reused,
+            refreshed: None,
+            indexed_files: 0,
+            fresh: "scan",
+        };
+        if let Some(hits) = building.answers.get(&key).filter(|_| trusted) {
+            return Some(reply(hits.clone(), true));
+        }
+        let threads = (provisional::all_cores() / 2).max(1);
+        let hits = provisional::search_on(&building.files, &msg.query, msg.limit, msg.path_prefix.as_deref(), threads);
+        if trusted {
+            building.answers.insert(key, hits.clone());
+        }
+        Some(reply(hits, false))
+    }
+
+    fn log(&self, fields: serde_json::Value) {
+        if let Some(log) = &self.log {
+            log.do_send(Event::new("search-index", fields));
         }
     }
 
@@ -85,7 +152,8 @@ impl SearchIndex {
             Ok(_) => {
                 // The thread owns the scan now; the index follows it.
                 let _ = tx.send(index);
-                self.building = Some(files);
+                self.building = Some(Building { files, answers: HashMap::new() });
+                self.log(json!({ "state": "building" }));
                 Ok(())
             }
             Err(_) => {
@@ -144,6 +212,10 @@ pub struct SearchReply {
     /// ranked by BM25 with the statistics of that scan; later searches use the index.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub provisional: bool,
+    /// A provisional answer given again: the same query was scanned earlier in the build and
+    /// the watcher reports no change since.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub reused: bool,
     /// Set when this search had to build or refresh the index first.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub refreshed: Option<RefreshStats>,
@@ -196,13 +268,19 @@ fn scan_again(workspace: &std::path::Path) -> Scan {
 impl Handler<Search> for SearchIndex {
     type Result = Result<SearchReply, String>;
     fn handle(&mut self, msg: Search, ctx: &mut SyncContext<Self>) -> Self::Result {
-        if let Some(files) = &self.building {
-            // The files are read as they are now, so the answer is fresh without the watcher.
-            let hits = provisional::search(files, &msg.query, msg.limit, msg.path_prefix.as_deref());
-            return Ok(SearchReply { hits, provisional: true, refreshed: None, indexed_files: 0, fresh: "scan" });
+        if let Some(reply) = self.search_while_building(&msg) {
+            return Ok(reply);
         }
-        // Asked before the index is touched, so that every change made before this call is in.
-        let changes = self.changes.changes();
+        // Asked before the index is touched, so that every change made before this call is in;
+        // with what was held while the index built.
+        let changes = match self.changes.changes() {
+            Changes::Watched(dirty) => {
+                let mut held = std::mem::take(&mut self.held);
+                held.merge(dirty);
+                Changes::Watched(held)
+            }
+            unwatched => unwatched,
+        };
         let was_watched = self.watched;
         let workspace = self.workspace.clone();
         let index = self.index().map_err(|e| e.to_string())?;
@@ -218,9 +296,17 @@ impl Handler<Search> for SearchIndex {
                 match self.build_in_background(scan, files, ctx) {
                     Ok(()) => {
                         self.watched = matches!(changes, Changes::Watched(_));
+                        // The same query asked again during the build gets this answer, while
+                        // the watcher reports no change.
+                        let trusted = matches!(&changes, Changes::Watched(d) if d.unwatched.is_empty());
+                        if let Some(building) = self.building.as_mut().filter(|_| trusted) {
+                            let key = (msg.query.clone(), msg.limit, msg.path_prefix.clone());
+                            building.answers.insert(key, hits.clone());
+                        }
                         return Ok(SearchReply {
                             hits,
                             provisional: true,
+                            reused: false,
                             refreshed: None,
                             indexed_files: 0,
                             fresh: "scan",
@@ -293,7 +379,14 @@ impl Handler<Search> for SearchIndex {
             refreshed = self.built.take();
         }
         let index = self.index().map_err(|e| e.to_string())?;
-        let reply = SearchReply { hits, provisional: false, refreshed, indexed_files: index.indexed_files(), fresh };
+        let reply = SearchReply {
+            hits,
+            provisional: false,
+            reused: false,
+            refreshed,
+            indexed_files: index.indexed_files(),
+            fresh,
+        };
         let rescan = fresh == "rescan" && index.needs_scan();
         self.watched = fresh == "watch";
         if rescan {
@@ -309,11 +402,17 @@ impl Handler<Built> for SearchIndex {
         self.building = None;
         match msg.result {
             Ok(stats) => {
+                let mut fields = serde_json::to_value(&stats).unwrap_or_else(|_| json!({}));
+                fields["state"] = json!("built");
+                self.log(fields);
                 self.index = Some(msg.index);
                 self.built = Some(stats);
             }
             // The next search opens the index again and starts over.
-            Err(e) => eprintln!("gm: building the search index failed: {e}"),
+            Err(e) => {
+                self.log(json!({ "state": "failed", "why": e }));
+                eprintln!("gm: building the search index failed: {e}");
+            }
         }
     }
 }

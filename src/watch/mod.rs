@@ -61,6 +61,20 @@ impl Dirty {
     pub fn is_empty(&self) -> bool {
         self.paths.is_empty() && !self.tracked && !self.all && self.unwatched.is_empty()
     }
+
+    /// Whether anything changed (the directories the watcher cannot watch aside).
+    pub fn changed(&self) -> bool {
+        !self.paths.is_empty() || self.tracked || self.all
+    }
+
+    /// Adds `later`'s changes to these: what a reader that held on to its changes still has
+    /// to bring up to date.
+    pub fn merge(&mut self, later: Dirty) {
+        self.paths.extend(later.paths);
+        self.tracked |= later.tracked;
+        self.all |= later.all;
+        self.unwatched = later.unwatched;
+    }
 }
 
 /// The answer to [`Subscription::changes`].
