@@ -19,8 +19,9 @@ use gm_actors::log_writer::{Event, LogWriter};
 use serde::Serialize;
 use serde_json::json;
 
-use super::index::{scan, IndexError, LineIndex, RefreshStats, Scan, SearchHit};
+use super::index::{scan, IndexError, LineIndex, RefreshStats, Scan, SearchHit, MAX_FILE_BYTES};
 use super::provisional::{self, ProvisionalFile};
+use super::tracked::tracked_with_git_sizes;
 use crate::watch::{Changes, Dirty, Subscription};
 
 /// The index as an actor on its own thread (start it with `SyncArbiter::start(1, ...)`).
@@ -132,20 +133,27 @@ impl SearchIndex {
         }
     }
 
-    /// Builds the index on a thread of its own from `scan`; the index comes back as [`Built`].
-    /// Returns the scan back when the thread cannot start (the caller builds in place).
+    /// Builds the index on a thread of its own from `scan` (made there when `None`: stat'ing
+    /// every file is the build's work, not the first answer's); the index comes back as
+    /// [`Built`]. Returns the scan back when the thread cannot start (the caller builds in
+    /// place).
     fn build_in_background(
         &mut self,
-        scan: Scan,
+        scan: Option<Scan>,
         files: Vec<ProvisionalFile>,
         ctx: &SyncContext<Self>,
-    ) -> Result<(), Scan> {
+    ) -> Result<(), Option<Scan>> {
         let Some(index) = self.index.take() else { return Err(scan) };
         let addr = ctx.address();
+        let workspace = self.workspace.clone();
         let (tx, rx) = std::sync::mpsc::channel::<LineIndex>();
         let spawned = std::thread::Builder::new().name("gm-index-build".into()).spawn(move || {
             let Ok(mut index) = rx.recv() else { return };
-            let result = index.apply(scan).map_err(|e| e.to_string());
+            let scanned = match scan {
+                Some(scan) => Ok(scan),
+                None => self::scan(&workspace).map_err(|e| e.to_string()),
+            };
+            let result = scanned.and_then(|scan| index.apply(scan).map_err(|e| e.to_string()));
             addr.do_send(Built { index, result });
         });
         match spawned {
@@ -158,7 +166,7 @@ impl SearchIndex {
             }
             Err(_) => {
                 self.index = Some(index);
-                Err(scan_again(&self.workspace))
+                Err(Some(scan_again(&self.workspace)))
             }
         }
     }
@@ -285,13 +293,28 @@ impl Handler<Search> for SearchIndex {
         let workspace = self.workspace.clone();
         let index = self.index().map_err(|e| e.to_string())?;
         if index.is_unbuilt() {
-            let scan = scan(&workspace).map_err(|e| e.to_string())?;
-            if scan.bytes() > sync_build_bytes() {
+            // In git, the sizes git recorded are enough to answer first; elsewhere the files
+            // are stat'ed now.
+            let (files, scan) = match tracked_with_git_sizes(&workspace).map_err(|e| e.to_string())? {
+                Some(tracked) => {
+                    let files = tracked
+                        .into_iter()
+                        .map(|(t, size)| ProvisionalFile { rel: t.rel, path: t.path, size })
+                        .collect::<Vec<_>>();
+                    (files, None)
+                }
+                None => {
+                    let scan = scan(&workspace).map_err(|e| e.to_string())?;
+                    let files = scan
+                        .files()
+                        .map(|(rel, path, size)| ProvisionalFile { rel: rel.to_owned(), path: path.to_owned(), size })
+                        .collect();
+                    (files, Some(scan))
+                }
+            };
+            let bytes: u64 = files.iter().map(|f| f.size.min(MAX_FILE_BYTES)).sum();
+            if bytes > sync_build_bytes() {
                 // Answered before the build starts: the build takes both cores.
-                let files: Vec<ProvisionalFile> = scan
-                    .files()
-                    .map(|(rel, path, size)| ProvisionalFile { rel: rel.to_owned(), path: path.to_owned(), size })
-                    .collect();
                 let hits = provisional::search(&files, &msg.query, msg.limit, msg.path_prefix.as_deref());
                 match self.build_in_background(scan, files, ctx) {
                     Ok(()) => {
@@ -313,6 +336,7 @@ impl Handler<Search> for SearchIndex {
                         });
                     }
                     Err(scan) => {
+                        let scan = scan.unwrap_or_else(|| scan_again(&workspace));
                         let index = self.index().map_err(|e| e.to_string())?;
                         index.apply(scan).map_err(|e| e.to_string())?;
                     }
