@@ -11,7 +11,9 @@ in turn (so that the VM's slow phases fall on all of them alike):
   background), and nothing else asks it anything until the build is done;
 - polled: the same, with the same search sent every 250 ms until the build is done, as a
   client waiting for the index would;
-- varied: a different query every 250 ms.
+- varied: a query never asked before every 250 ms;
+- first: only the first answer (gm is stopped right after it, the build unfinished), for more
+  samples of the first answer against rg.
 
 The end of the build is seen on disk (`.gm/index/manifest.json` appears when the build
 commits), never by asking gm: a search to find out would itself be measured. The first search's
@@ -81,13 +83,17 @@ def one_build(gm, tree, mode):
     first = server.search("jiffies")
     first_ms = (time.perf_counter() - t0) * 1000
     assert first.get("provisional") or built(tree), first
+    if mode == "first":
+        server.close()
+        return None, first_ms, []
     times, n = [], 0
     while not built(tree):
         if mode == "alone":
             time.sleep(0.05)
             continue
         time.sleep(0.25)
-        query = "jiffies" if mode == "polled" else WORDS[n % len(WORDS)]
+        # Varied: a query no earlier one was (a word no file holds makes each distinct).
+        query = "jiffies" if mode == "polled" else f"{WORDS[n % len(WORDS)]} gmnone{n}"
         n += 1
         t = time.perf_counter()
         server.search(query)
@@ -102,7 +108,7 @@ def main():
     ap.add_argument("--gm", action="append", required=True, help="a gm binary (repeat to compare)")
     ap.add_argument("--tree", required=True)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--modes", default="alone,polled,varied")
+    ap.add_argument("--modes", default="alone,polled,varied", help="any of alone, polled, varied, first")
     a = ap.parse_args()
     modes = a.modes.split(",")
     # Untimed: read the tree once, so that whoever reads it first does not pay for the disk.
@@ -119,20 +125,20 @@ def main():
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 rg.append((time.perf_counter() - t) * 1000)
                 results[(gm, mode)].append((build_s, first_ms, times))
-                print(json.dumps({"gm": gm, "mode": mode, "build_s": build_s, "first_ms": first_ms,
+                print(json.dumps({"gm": gm, "mode": mode, "build_s": build_s, "first_ms": first_ms, "rg_ms": rg[-1],
                                   "searches": len(times), "search_ms_median": statistics.median(times) if times else None}),
                       flush=True)
     rg_ms = statistics.median(rg)
     print("\n| gm | mode | build (s, median; all) | first answer (ms, median) / rg | searches during the build: n, median ms |")
     print("|---|---|---|---|---|")
     for (gm, mode), runs in results.items():
-        builds = [r[0] for r in runs]
+        builds = [r[0] for r in runs if r[0] is not None]
         firsts = [r[1] for r in runs]
         searches = [t for r in runs for t in r[2]]
         first = statistics.median(firsts)
-        during = f"{len(searches)}, {statistics.median(searches):.0f} ms" if searches else "-"
-        print(f"| {gm} | {mode} | {statistics.median(builds):.1f} ({', '.join(f'{b:.1f}' for b in builds)}) "
-              f"| {first:.0f} / {rg_ms:.0f} = {first / rg_ms:.2f}x | {during} |")
+        during = f"{len(searches)}, {statistics.median(searches):.1f} ms" if searches else "-"
+        build = f"{statistics.median(builds):.1f} ({', '.join(f'{b:.1f}' for b in builds)})" if builds else "-"
+        print(f"| {gm} | {mode} | {build} | {first:.0f} / {rg_ms:.0f} = {first / rg_ms:.2f}x | {during} |")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ use serde_json::json;
 use super::index::{scan, IndexError, LineIndex, RefreshStats, Scan, SearchHit, MAX_FILE_BYTES};
 use super::provisional::{self, ProvisionalFile};
 use super::tracked::tracked_with_git_sizes;
-use crate::watch::{Changes, Dirty, Subscription};
+use crate::watch::{Changes, Dirty, Readiness, Subscription};
 
 /// The index as an actor on its own thread (start it with `SyncArbiter::start(1, ...)`).
 pub struct SearchIndex {
@@ -127,13 +127,77 @@ impl SearchIndex {
         Some(reply(hits, false))
     }
 
+    /// The first search of a big tree with no index: answered from a scan of the files as
+    /// they are now, while the index builds in the background. It does not wait for the
+    /// watcher's first walk (a few hundred milliseconds on the kernel), since it reads the
+    /// files now; what stats the files for the index waits for it. `None`: the tree has an
+    /// index, or is small enough to index before answering (the caller goes on).
+    fn first_answer(&mut self, msg: &Search, ctx: &SyncContext<Self>) -> Result<Option<SearchReply>, String> {
+        let workspace = self.workspace.clone();
+        if !self.index().map_err(|e| e.to_string())?.is_unbuilt() {
+            return Ok(None);
+        }
+        let ready = self.changes.readiness();
+        // In git, the sizes git recorded are enough to answer; elsewhere the files are
+        // stat'ed now.
+        let (files, scan) = match tracked_with_git_sizes(&workspace).map_err(|e| e.to_string())? {
+            Some(tracked) => {
+                let files =
+                    tracked.into_iter().map(|(t, size)| ProvisionalFile { rel: t.rel, path: t.path, size }).collect();
+                (files, None)
+            }
+            None => {
+                ready.wait();
+                let scan = scan(&workspace).map_err(|e| e.to_string())?;
+                let files: Vec<ProvisionalFile> = scan
+                    .files()
+                    .map(|(rel, path, size)| ProvisionalFile { rel: rel.to_owned(), path: path.to_owned(), size })
+                    .collect();
+                (files, Some(scan))
+            }
+        };
+        let bytes: u64 = files.iter().map(|f: &ProvisionalFile| f.size.min(MAX_FILE_BYTES)).sum();
+        if bytes <= sync_build_bytes() {
+            return Ok(None);
+        }
+        // Answered before the build starts: the build takes both cores.
+        let hits = provisional::search(&files, &msg.query, msg.limit, msg.path_prefix.as_deref());
+        match self.build_in_background(scan, files, ready.clone(), ctx) {
+            Ok(()) => {
+                self.watched = !ready.failed();
+                // The same query asked again during the build gets this answer, while the
+                // watcher reports no change (the next search asks it).
+                if let Some(building) = self.building.as_mut() {
+                    let key = (msg.query.clone(), msg.limit, msg.path_prefix.clone());
+                    building.answers.insert(key, hits.clone());
+                }
+                Ok(Some(SearchReply {
+                    hits,
+                    provisional: true,
+                    reused: false,
+                    refreshed: None,
+                    indexed_files: 0,
+                    fresh: "scan",
+                }))
+            }
+            Err(scan) => {
+                // No thread for the build: it is built here, and the caller answers from it.
+                let scan = scan.unwrap_or_else(|| scan_again(&workspace));
+                let index = self.index().map_err(|e| e.to_string())?;
+                index.apply(scan).map_err(|e| e.to_string())?;
+                Ok(None)
+            }
+        }
+    }
+
     fn log(&self, fields: serde_json::Value) {
         if let Some(log) = &self.log {
             log.do_send(Event::new("search-index", fields));
         }
     }
 
-    /// Builds the index on a thread of its own from `scan` (made there when `None`: stat'ing
+    /// Builds the index on a thread of its own from `scan` (made there when `None`, once the
+    /// watcher's first watches are in place, so that no change after it is missed: stat'ing
     /// every file is the build's work, not the first answer's); the index comes back as
     /// [`Built`]. Returns the scan back when the thread cannot start (the caller builds in
     /// place).
@@ -141,6 +205,7 @@ impl SearchIndex {
         &mut self,
         scan: Option<Scan>,
         files: Vec<ProvisionalFile>,
+        ready: Readiness,
         ctx: &SyncContext<Self>,
     ) -> Result<(), Option<Scan>> {
         let Some(index) = self.index.take() else { return Err(scan) };
@@ -151,7 +216,10 @@ impl SearchIndex {
             let Ok(mut index) = rx.recv() else { return };
             let scanned = match scan {
                 Some(scan) => Ok(scan),
-                None => self::scan(&workspace).map_err(|e| e.to_string()),
+                None => {
+                    ready.wait();
+                    self::scan(&workspace).map_err(|e| e.to_string())
+                }
             };
             let result = scanned.and_then(|scan| index.apply(scan).map_err(|e| e.to_string()));
             addr.do_send(Built { index, result });
@@ -279,6 +347,9 @@ impl Handler<Search> for SearchIndex {
         if let Some(reply) = self.search_while_building(&msg) {
             return Ok(reply);
         }
+        if let Some(reply) = self.first_answer(&msg, ctx)? {
+            return Ok(reply);
+        }
         // Asked before the index is touched, so that every change made before this call is in;
         // with what was held while the index built.
         let changes = match self.changes.changes() {
@@ -291,58 +362,6 @@ impl Handler<Search> for SearchIndex {
         };
         let was_watched = self.watched;
         let workspace = self.workspace.clone();
-        let index = self.index().map_err(|e| e.to_string())?;
-        if index.is_unbuilt() {
-            // In git, the sizes git recorded are enough to answer first; elsewhere the files
-            // are stat'ed now.
-            let (files, scan) = match tracked_with_git_sizes(&workspace).map_err(|e| e.to_string())? {
-                Some(tracked) => {
-                    let files = tracked
-                        .into_iter()
-                        .map(|(t, size)| ProvisionalFile { rel: t.rel, path: t.path, size })
-                        .collect::<Vec<_>>();
-                    (files, None)
-                }
-                None => {
-                    let scan = scan(&workspace).map_err(|e| e.to_string())?;
-                    let files = scan
-                        .files()
-                        .map(|(rel, path, size)| ProvisionalFile { rel: rel.to_owned(), path: path.to_owned(), size })
-                        .collect();
-                    (files, Some(scan))
-                }
-            };
-            let bytes: u64 = files.iter().map(|f| f.size.min(MAX_FILE_BYTES)).sum();
-            if bytes > sync_build_bytes() {
-                // Answered before the build starts: the build takes both cores.
-                let hits = provisional::search(&files, &msg.query, msg.limit, msg.path_prefix.as_deref());
-                match self.build_in_background(scan, files, ctx) {
-                    Ok(()) => {
-                        self.watched = matches!(changes, Changes::Watched(_));
-                        // The same query asked again during the build gets this answer, while
-                        // the watcher reports no change.
-                        let trusted = matches!(&changes, Changes::Watched(d) if d.unwatched.is_empty());
-                        if let Some(building) = self.building.as_mut().filter(|_| trusted) {
-                            let key = (msg.query.clone(), msg.limit, msg.path_prefix.clone());
-                            building.answers.insert(key, hits.clone());
-                        }
-                        return Ok(SearchReply {
-                            hits,
-                            provisional: true,
-                            reused: false,
-                            refreshed: None,
-                            indexed_files: 0,
-                            fresh: "scan",
-                        });
-                    }
-                    Err(scan) => {
-                        let scan = scan.unwrap_or_else(|| scan_again(&workspace));
-                        let index = self.index().map_err(|e| e.to_string())?;
-                        index.apply(scan).map_err(|e| e.to_string())?;
-                    }
-                }
-            }
-        }
         let mut pending = std::mem::take(&mut self.pending);
         let index = self.index.as_mut().ok_or("the search index is not open")?;
         let first = !index.is_scanned();

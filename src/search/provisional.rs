@@ -56,8 +56,9 @@ pub struct ProvisionalFile {
     pub rel: String,
     /// On disk: a regular file when it was stat'ed (it is opened without another stat).
     pub path: PathBuf,
-    /// Its size when it was stat'ed: it orders the work and places the samples, and one over
-    /// [`MAX_FILE_BYTES`] is skipped unread. The file is read as it is now.
+    /// Its size when it was stat'ed, or as git's index recorded it: it orders the work and
+    /// places the samples, and one over [`MAX_FILE_BYTES`] is skipped unread. The file is read
+    /// as it is now (and skipped if it is over the limit now).
     pub size: u64,
 }
 

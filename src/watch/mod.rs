@@ -273,7 +273,40 @@ fn run_native(layout: &Layout, sink: Arc<dyn Sink>, ready: impl FnOnce(&'static 
     portable::run(layout, sink, ready)
 }
 
+/// A way to wait until the watcher's first watches are in place, without taking anyone's
+/// changes (for a thread that scans the tree and must not start before then).
+#[derive(Clone)]
+pub struct Readiness {
+    shared: Arc<Shared>,
+}
+
+impl Readiness {
+    /// Waits until the first watches are in place (or the watcher failed); true when watching.
+    pub fn wait(&self) -> bool {
+        let deadline = Instant::now() + READY_WAIT;
+        let mut state = self.shared.lock();
+        while !state.ready && state.failed.is_none() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            state = self.shared.cond.wait_timeout(state, left).map(|(s, _)| s).unwrap_or_else(|e| e.into_inner().0);
+        }
+        state.failed.is_none()
+    }
+
+    /// Whether the watcher failed (or is off), without waiting.
+    pub fn failed(&self) -> bool {
+        self.shared.lock().failed.is_some()
+    }
+}
+
 impl Subscription {
+    /// See [`Readiness`].
+    pub fn readiness(&self) -> Readiness {
+        Readiness { shared: self.shared.clone() }
+    }
+
     /// Everything that changed since this subscriber last asked, including every change made
     /// before this call. Blocks for the round trip of one cookie (tens of microseconds), or
     /// until the first watches are in place.
