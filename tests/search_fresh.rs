@@ -293,19 +293,20 @@ fn searches_while_the_index_builds_reuse_an_earlier_scan_until_something_changes
     }
     git(d, &["add", "."]);
     git(d, &["commit", "-q", "-m", "init"]);
-    let mut gm = Gm::start_in(d, &["--surface", "tools"], &big);
+    // Through bodies, the default surface.
+    let mut gm = Gm::start_in(d, &[], &big);
     gm.ready();
-    let first = gm.call_ok("search", json!({ "query": "quokka" }));
+    let first = gm.js("return await gm.search({ query: 'quokka' })");
     assert_eq!(first["provisional"], true, "{first}");
     assert!(first.get("reused").is_none(), "{first}");
     // Asked again with nothing changed: the earlier scan's answer, not another scan.
-    let again = gm.call_ok("search", json!({ "query": "quokka" }));
+    let again = gm.js("return await gm.search({ query: 'quokka' })");
     assert_eq!(again["provisional"], true, "the index built too soon for this test: {again}");
     assert_eq!(again["reused"], true, "{again}");
     assert_eq!(hits(&again), hits(&first));
     // A change makes the earlier answers stale: scanned again, and it shows.
     write(d, "src/alpha.rs", "fn alpha() {\n    let wombat = 1;\n}\n");
-    let changed = gm.call_ok("search", json!({ "query": "quokka" }));
+    let changed = gm.js("return await gm.search({ query: 'quokka' })");
     if changed["provisional"] == true {
         assert!(changed.get("reused").is_none(), "{changed}");
         assert!(hits(&changed).is_empty(), "{changed}");
@@ -313,7 +314,7 @@ fn searches_while_the_index_builds_reuse_an_earlier_scan_until_something_changes
     // The change made during the build is in the built index's first answer.
     let until = std::time::Instant::now() + std::time::Duration::from_secs(120);
     let built = loop {
-        let r = gm.call_ok("search", json!({ "query": "wombat" }));
+        let r = gm.js("return await gm.search({ query: 'wombat' })");
         if r.get("provisional").is_none() {
             break r;
         }
