@@ -2,9 +2,12 @@
 //! as `gm.<server>_<tool>(args)` inside run_code.
 //!
 //! Each server has an McpClient actor (crate gm-actors) that starts, restarts and stops it.
-//! This module keeps what the rest of gm asks of them: whether they have all settled (started
-//! or failed, which run_code and tools/list wait for), the tools they offer under their gm
-//! names, and a call, which goes straight to the server's connection from the calling thread.
+//! This module keeps what the rest of gm asks of them: the tools they offer under their gm
+//! names and the servers still starting (run_code's description names both; nothing waits
+//! for every server to start), a version that moves when those change (each session then
+//! tells its host `notifications/tools/list_changed`), and a call, which goes straight to the
+//! server's connection. A call to a server that is starting, or that failed to start and may
+//! be tried again, waits for that start, and stops waiting when the call is cancelled.
 //!
 //! A server the workspace's `.gm/mcp.json` names starts only once the user approved that exact
 //! entry (`crate::trust`). Until then it waits, unstarted and unexpanded: an `mcp-server` event
@@ -49,6 +52,8 @@ struct Server {
     session: Option<Arc<Session>>,
     failure: Option<StartFailure>,
     settled: bool,
+    /// Being started (at first or again), without tools to offer yet.
+    starting: bool,
     /// Whether its .gitignore lines were seen to (once, at its first start).
     ignored: bool,
 }
@@ -70,8 +75,9 @@ pub struct Children {
     workspace: PathBuf,
     log: Option<Addr<LogWriter>>,
     servers: Mutex<HashMap<String, Server>>,
-    /// The number of servers not settled yet.
-    unsettled: watch::Sender<usize>,
+    /// Moves whenever what run_code's description says of the servers changes (tools came,
+    /// changed or went; a server failed).
+    offered: watch::Sender<u64>,
     /// Tools last reported as skipped, so each skip is logged once.
     skipped: Mutex<Vec<String>>,
     /// Workspace servers not approved yet, by name.
@@ -103,7 +109,7 @@ impl Children {
             workspace: PathBuf::new(),
             log: None,
             servers: Mutex::default(),
-            unsettled: watch::Sender::new(0),
+            offered: watch::Sender::new(0),
             skipped: Mutex::default(),
             waiting: Mutex::default(),
             store: Err("the one-shot CLI starts no child servers".into()),
@@ -134,7 +140,7 @@ impl Children {
             workspace: workspace.to_owned(),
             log: Some(log.clone()),
             servers: Mutex::default(),
-            unsettled: watch::Sender::new(0),
+            offered: watch::Sender::new(0),
             skipped: Mutex::default(),
             waiting: Mutex::default(),
             store,
@@ -219,12 +225,19 @@ impl Children {
         let server_spec = ServerSpec { name: spec.name.clone(), launch, startup_timeout: spec.startup_timeout };
         let events = launcher.events.clone();
         let client = McpClient::start_in_arbiter(&launcher.arbiter, move |_| McpClient::new(server_spec, events));
-        self.unsettled.send_modify(|n| *n += 1);
         lock(&self.servers).insert(
             spec.name.clone(),
-            Server { spec, client: client.clone(), session: None, failure: None, settled: false, ignored: false },
+            Server {
+                spec,
+                client: client.clone(),
+                session: None,
+                failure: None,
+                settled: false,
+                starting: true,
+                ignored: false,
+            },
         );
-        // Start it now: initialize is not delayed, tools/list and run_code wait.
+        // Start it now: nothing waits for it but the calls to its tools.
         client.do_send(Connect);
     }
 
@@ -241,63 +254,100 @@ impl Children {
         waiting.values().find(|w| name.starts_with(&format!("{}_", js_name(&w.named.name)))).map(|w| w.pending.clone())
     }
 
-    /// Approves a waiting server (recorded in `~/.gmnew/trust.json`, as `gm trust` does), starts
-    /// it and waits until it has started or failed. For the server, once the user said yes
-    /// through the host (elicitation). Call from any thread.
-    pub async fn approve(self: &Arc<Self>, server: &str) -> Result<(), ApproveError> {
+    /// Approves a waiting server (recorded in `~/.gmnew/trust.json`, as `gm trust` does) and
+    /// starts it; a call to it waits for the start ([`Self::find_or_start`]). For the server,
+    /// once the user said yes through the host (elicitation). Call from any thread.
+    pub fn approve(self: &Arc<Self>, server: &str) -> Result<(), ApproveError> {
         let pending = lock(&self.waiting)
             .get(server)
             .map(|w| w.pending.clone())
             .ok_or_else(|| ApproveError::NotWaiting(server.to_owned()))?;
         let store = self.store.as_ref().map_err(|e| ApproveError::NoStore(e.clone()))?;
         store.approve(&self.workspace, &pending)?;
-        self.start_approved(server, "approved").await;
+        self.start_approved(server, "approved");
         Ok(())
     }
 
-    /// The tool a body calls as `gm.<name>`: a started server's, or one of a waiting server
-    /// the user approved since (with `gm trust`), which is started first.
-    pub async fn find_or_start(self: &Arc<Self>, name: &str) -> Option<ChildTool> {
+    /// The tool a body calls as `gm.<name>`: a started server's; or, when the server it
+    /// belongs to is starting, failed a while ago, or waits for an approval the user gave
+    /// since (with `gm trust`), that server's once it has started. `Ok(None)`: no started
+    /// server offers it (see [`Self::why_missing`]). Waiting stops when `cancel` is tripped.
+    pub async fn find_or_start(
+        self: &Arc<Self>,
+        name: &str,
+        cancel: &CancelToken,
+    ) -> Result<Option<ChildTool>, VerbError> {
         if let Some(tool) = self.find(name) {
-            return Some(tool);
+            return Ok(Some(tool));
         }
         if let Some(pending) = self.waiting_for(name) {
             if self.is_approved(&pending) != Ok(true) {
-                return None;
+                return Ok(None);
             }
-            self.start_approved(&pending.name, "approved with gm trust").await;
-            return self.find(name);
+            self.start_approved(&pending.name, "approved with gm trust");
         }
-        // A server approved moments ago (by another call) may still be starting.
-        let starting = {
-            let servers = lock(&self.servers);
-            servers
-                .iter()
-                .find(|(server, s)| !s.settled && name.starts_with(&format!("{}_", js_name(server))))
-                .map(|(n, _)| n.clone())
-        };
-        self.settled(&starting?).await;
-        self.find(name)
+        let Some(server) = self.server_of(name) else { return Ok(None) };
+        self.connect(&server, cancel).await?;
+        Ok(self.find(name))
     }
 
-    /// Moves a waiting server to the started ones and waits until it settles.
-    async fn start_approved(self: &Arc<Self>, server: &str, how: &str) {
-        let Some(waiting) = lock(&self.waiting).remove(server) else {
-            // Another call started it meanwhile.
-            return self.settled(server).await;
+    /// The started server whose tools `gm.<name>` would be one of.
+    fn server_of(&self, name: &str) -> Option<String> {
+        let servers = lock(&self.servers);
+        servers.keys().find(|server| name.starts_with(&format!("{}_", js_name(server)))).cloned()
+    }
+
+    /// The server's live session, starting it first when it is not running (and may be
+    /// started: see the McpClient's backoff). Stops waiting when `cancel` is tripped.
+    async fn connect(&self, server: &str, cancel: &CancelToken) -> Result<Arc<Session>, VerbError> {
+        let (cached, client) = {
+            let servers = lock(&self.servers);
+            let s = servers.get(server).ok_or_else(|| VerbError::UnknownVerb(server.to_owned()))?;
+            (s.session.clone(), s.client.clone())
         };
+        if let Some(session) = cached.filter(|s| s.conn.is_open()) {
+            return Ok(session);
+        }
+        let connected = tokio::select! {
+            biased;
+            () = cancel.cancelled() => return Err(VerbError::Cancelled),
+            connected = client.send(Connect) => connected,
+        };
+        let connected = connected.map_err(|e| VerbError::Internal(format!("the client of {server} is gone: {e}")))?;
+        match connected {
+            Ok(session) => {
+                // The Ready event says so too, but maybe after this call looks for the tool.
+                if let Some(s) = lock(&self.servers).get_mut(server) {
+                    if s.session.as_ref().is_none_or(|old| old.generation <= session.generation) {
+                        s.session = Some(session.clone());
+                        s.failure = None;
+                    }
+                }
+                Ok(session)
+            }
+            Err(failure) => Err(VerbError::Unavailable(failure_message(&failure))),
+        }
+    }
+
+    /// Moves a waiting server to the started ones.
+    fn start_approved(self: &Arc<Self>, server: &str, how: &str) {
+        // Another call may have started it meanwhile.
+        let Some(waiting) = lock(&self.waiting).remove(server) else { return };
         self.log(
             "mcp-server",
             json!({ "name": server, "state": "approved", "how": how, "sha256": waiting.pending.sha256 }),
         );
         self.launch(&waiting.named);
-        self.settled(server).await;
     }
 
-    /// Waits until `server` has started or failed (at once when it is not a started server).
-    pub async fn settled(&self, server: &str) {
-        let mut rx = self.unsettled.subscribe();
-        let _ = rx.wait_for(|_| lock(&self.servers).get(server).is_none_or(|s| s.settled)).await;
+    /// A receiver whose value moves when the child tools or the servers still starting change
+    /// (what run_code's description says of them).
+    pub fn offered_changes(&self) -> watch::Receiver<u64> {
+        self.offered.subscribe()
+    }
+
+    fn offered_changed(&self) {
+        self.offered.send_modify(|n| *n += 1);
     }
 
     fn log(&self, kind: &str, fields: Value) {
@@ -306,10 +356,15 @@ impl Children {
         }
     }
 
-    /// Waits until every server has started or failed (each within its startup budget).
-    pub async fn ready(&self) {
-        let mut rx = self.unsettled.subscribe();
-        let _ = rx.wait_for(|n| *n == 0).await;
+    /// What run_code's description says of the child servers: their tools, and the servers
+    /// still starting (whose tools a call waits for).
+    pub fn offered(&self) -> Offered {
+        let tools = self.tools();
+        let servers = lock(&self.servers);
+        let mut starting: Vec<String> =
+            servers.iter().filter(|(_, s)| s.starting && s.session.is_none()).map(|(n, _)| n.clone()).collect();
+        starting.sort();
+        Offered { tools, starting }
     }
 
     /// The child tools a body can call, under their gm names. A denied tool is left out; one
@@ -367,23 +422,15 @@ impl Children {
 
     /// Calls a child tool. The child's result comes back as it sent it; a result with
     /// `isError: true` is a failed call. Past the server's `timeoutMs`, or on `cancel`, the call
-    /// is withdrawn and the child is sent `notifications/cancelled`.
+    /// is withdrawn and the child is sent `notifications/cancelled`. A server that is not
+    /// running is started first (waiting for it stops on `cancel` too).
     pub async fn call(&self, tool: &ChildTool, args: Value, cancel: &CancelToken) -> Result<Value, VerbError> {
-        let (cached, client, timeout) = {
+        let timeout = {
             let servers = lock(&self.servers);
             let server = servers.get(&tool.server).ok_or_else(|| VerbError::UnknownVerb(tool.name.clone()))?;
-            (server.session.clone(), server.client.clone(), server.spec.call_timeout)
+            server.spec.call_timeout
         };
-        let session = match cached.filter(|s| s.conn.is_open()) {
-            Some(s) => s,
-            // Not running (it exited since, or never started): the actor starts it again, or
-            // says why it could not.
-            None => client
-                .send(Connect)
-                .await
-                .map_err(|e| VerbError::Internal(format!("the client of {} is gone: {e}", tool.server)))?
-                .map_err(|f| VerbError::Unavailable(failure_message(&f)))?,
-        };
+        let session = self.connect(&tool.server, cancel).await?;
         let params = json!({ "name": tool.tool, "arguments": args });
         let result = session.conn.request("tools/call", params, timeout, cancel).await.map_err(|e| match e {
             ConnError::Cancelled => VerbError::Cancelled,
@@ -407,6 +454,12 @@ impl Children {
     fn on_event(&self, event: ClientEvent) {
         match event {
             ClientEvent::Starting { server, attempt } => {
+                let newly = lock(&self.servers)
+                    .get_mut(&server)
+                    .is_some_and(|s| !std::mem::replace(&mut s.starting, true) && s.session.is_none());
+                if newly {
+                    self.offered_changed();
+                }
                 self.log("mcp-server", json!({ "name": server, "state": "starting", "attempt": attempt }));
             }
             ClientEvent::Ready { server, session } => {
@@ -418,10 +471,12 @@ impl Children {
                     let Some(s) = servers.get_mut(&server) else { return };
                     s.session = Some(session.clone());
                     s.failure = None;
+                    s.starting = false;
                     let first = !std::mem::replace(&mut s.ignored, true);
                     first.then(|| s.spec.ignore.clone())
                 };
                 self.settle(&server);
+                self.offered_changed();
                 self.log(
                     "mcp-server",
                     json!({
@@ -438,11 +493,16 @@ impl Children {
                 if let Some(s) = lock(&self.servers).get_mut(&server) {
                     s.failure = Some(failure.clone());
                     s.session = None;
+                    s.starting = false;
                 }
                 self.settle(&server);
+                self.offered_changed();
                 self.log(
                     "mcp-server",
-                    json!({ "name": server, "state": "failed", "causes": failure.causes, "startupBudgetMs": failure.budget_ms, "stderr": failure.stderr }),
+                    json!({
+                        "name": server, "state": "failed", "causes": failure.causes, "startupBudgetMs": failure.budget_ms,
+                        "stderr": failure.stderr, "retryInMs": failure.retry_in_ms,
+                    }),
                 );
             }
             ClientEvent::Exited { server, why } => {
@@ -456,16 +516,16 @@ impl Children {
                 if let Some(s) = lock(&self.servers).get_mut(&server) {
                     s.session = Some(session);
                 }
+                self.offered_changed();
                 self.log("mcp-server", json!({ "name": server, "state": "tools-changed", "tools": n }));
             }
         }
     }
 
-    /// Marks a server settled (once).
+    /// Marks a server settled: it started or failed once.
     fn settle(&self, server: &str) {
-        let newly = lock(&self.servers).get_mut(server).is_some_and(|s| !std::mem::replace(&mut s.settled, true));
-        if newly {
-            self.unsettled.send_modify(|n| *n = n.saturating_sub(1));
+        if let Some(s) = lock(&self.servers).get_mut(server) {
+            s.settled = true;
         }
     }
 
@@ -540,6 +600,15 @@ impl Children {
             })
             .collect()
     }
+}
+
+/// What run_code's description says of the child servers.
+#[derive(Debug, Clone, Default)]
+pub struct Offered {
+    /// The tools of the servers that started.
+    pub tools: Vec<ChildTool>,
+    /// Servers still starting: a call to one of their tools waits for them.
+    pub starting: Vec<String>,
 }
 
 /// Names the `gm` object has of its own.

@@ -25,7 +25,7 @@ fn verbs_table() -> String {
     for tool in loop_tools() {
         let schema = (tool.schema)();
         let notes = if tool.traits.cancellable { "cancellable" } else { "" };
-        let description = (tool.description)(&[]);
+        let description = (tool.description)(&Default::default());
         // run_code's description goes on to list every verb: the table has them below.
         let first = description.split(". Every verb").next().unwrap_or(&description).trim_end_matches('.');
         t.push_str(&format!("| `{}` | {} | {}. | {} |\n", tool.name, arguments(&schema), cell(first), notes));

@@ -50,30 +50,36 @@ impl Host {
     }
 }
 
-/// A child tool for `gm.<name>`: a started server's, one the user approved with `gm trust`, or
-/// — when the session can ask its user and they accept — one approved now.
-async fn child_tool(ctx: &Ctx, name: &str, consent: Option<&Recipient<AskConsent>>) -> Option<ChildTool> {
-    if let Some(tool) = ctx.children.find_or_start(name).await {
-        return Some(tool);
+/// A child tool for `gm.<name>`: a started server's (waiting for one that is starting), one
+/// the user approved with `gm trust`, or — when the session can ask its user and they accept —
+/// one approved now. Waiting stops when the body's call is cancelled.
+async fn child_tool(
+    ctx: &Ctx,
+    name: &str,
+    consent: Option<&Recipient<AskConsent>>,
+) -> Result<Option<ChildTool>, VerbError> {
+    if let Some(tool) = ctx.children.find_or_start(name, &ctx.cancel).await? {
+        return Ok(Some(tool));
     }
-    let pending = ctx.children.waiting_for(name)?;
-    let ask = consent?.send(AskConsent { pending: pending.clone() });
+    let Some(pending) = ctx.children.waiting_for(name) else { return Ok(None) };
+    let Some(consent) = consent else { return Ok(None) };
+    let ask = consent.send(AskConsent { pending: pending.clone() });
     // The user may take a while to answer; a cancelled body stops waiting.
     let asked = tokio::select! {
-        asked = ask => asked.ok()?,
-        () = ctx.cancel.cancelled() => return None,
+        asked = ask => asked.ok(),
+        () = ctx.cancel.cancelled() => return Err(VerbError::Cancelled),
     };
-    if asked != Consent::Approved {
-        return None;
+    if asked != Some(Consent::Approved) {
+        return Ok(None);
     }
-    if let Err(e) = ctx.children.approve(&pending.name).await {
+    if let Err(e) = ctx.children.approve(&pending.name) {
         ctx.log(gm_actors::log_writer::Event::new(
             "consent",
             json!({ "server": pending.name, "answer": "approved", "failed": e.to_string() }),
         ));
-        return None;
+        return Ok(None);
     }
-    ctx.children.find(name)
+    ctx.children.find_or_start(name, &ctx.cancel).await
 }
 
 /// What `gm.verbs()` says of the native verbs (computed once).
@@ -121,13 +127,18 @@ impl JsHost for Host {
         let task = tokio::spawn(async move {
             let started = Instant::now();
             let child =
-                if verbs::find(&name).is_some() { None } else { child_tool(&ctx, &name, consent.as_ref()).await };
-            let (result, in_flight) = match &child {
-                None => {
+                if verbs::find(&name).is_some() { Ok(None) } else { child_tool(&ctx, &name, consent.as_ref()).await };
+            let (result, in_flight, child) = match child {
+                Ok(None) => {
                     let called = verbs::call(ctx.clone(), &name, &args).await;
-                    (called.result, called.in_flight)
+                    (called.result, called.in_flight, None)
                 }
-                Some(tool) => call_child(&ctx, tool, &args).await,
+                Ok(Some(tool)) => {
+                    let (result, in_flight) = call_child(&ctx, &tool, &args).await;
+                    (result, in_flight, Some(tool))
+                }
+                // Cancelled while its server started, or the server could not start.
+                Err(e) => (Err(e), 0, None),
             };
             let result = result.map_err(|e| match e {
                 // A name no verb or tool has may belong to a child server that did not start,

@@ -28,7 +28,7 @@ use crate::secrets::SecretsFile;
 use crate::server::surface::Surface;
 use crate::skills::Skills;
 use crate::verbs::{self, Ctx, Shared, VerbError};
-use crate::watch::{Status as WatchStatus, Watcher};
+use crate::watch::{Status as WatchStatus, Unwatched, Watcher};
 use crate::worker::hello::{Build, Hello, WorkerSettings};
 use crate::worker::paths::{self, Files};
 use crate::worker::{OpenStdio, Stop, Worker, WorkerSpec};
@@ -84,20 +84,36 @@ pub fn workspace(path: &Path) -> Result<PathBuf, ServeError> {
     Ok(canonical)
 }
 
-/// The search index, on a thread of its own (indexing is blocking work).
-fn start_search(workspace: &Path, state_dir: &Path, watcher: &Watcher) -> Addr<SearchIndex> {
+/// The search index, on a thread of its own (indexing is blocking work); a background build's
+/// outcome is logged.
+fn start_search(
+    workspace: &Path,
+    state_dir: &Path,
+    watcher: &Watcher,
+    log: Option<Addr<LogWriter>>,
+) -> Addr<SearchIndex> {
     let (workspace, dir, watcher) = (workspace.to_owned(), state_dir.join("index"), watcher.clone());
-    SyncArbiter::start(1, move || SearchIndex::new(workspace.clone(), dir.clone(), watcher.subscribe()))
+    SyncArbiter::start(1, move || SearchIndex::new(workspace.clone(), dir.clone(), watcher.subscribe(), log.clone()))
 }
 
 /// The workspace watcher, which tells search and callers what changed; how it went is a
 /// `watch` event.
 fn start_watcher(workspace: &Path, state_dir: &Path, log: Addr<LogWriter>) -> Watcher {
     Watcher::start(workspace, state_dir, move |status| {
+        let unwatched_json =
+            |u: &[Unwatched]| -> Vec<Value> { u.iter().map(|u| json!({ "dir": u.dir, "why": u.why })).collect() };
         let fields = match status {
-            WatchStatus::Watching { backend, dirs, ms } => {
+            WatchStatus::Watching { backend, dirs, ms, unwatched } if unwatched.is_empty() => {
                 json!({ "state": "watching", "backend": backend, "dirs": dirs, "ms": ms })
             }
+            WatchStatus::Watching { backend, dirs, ms, unwatched } => json!({
+                "state": "watching", "backend": backend, "dirs": dirs, "ms": ms,
+                "unwatched": unwatched_json(&unwatched), "then": "searches check these directories' files at each call",
+            }),
+            WatchStatus::Skipped(u) => json!({
+                "state": "watching", "unwatched": unwatched_json(std::slice::from_ref(&u)),
+                "then": "searches check these directories' files at each call",
+            }),
             WatchStatus::Failed { why } => json!({ "state": "failed", "why": why, "then": "searches rescan" }),
         };
         log.do_send(Event::new("watch", fields));
@@ -177,7 +193,7 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
             log.do_send(Event::new("mcp-server", json!({ "state": "leftovers-ended", "groups": leftovers })));
         }
         let ctx = Ctx::new(Shared {
-            search: start_search(&workspace, &state_dir, &watcher),
+            search: start_search(&workspace, &state_dir, &watcher, Some(log.clone())),
             calls: start_calls(&workspace, &state_dir, &watcher),
             workspace: workspace.clone().into(),
             secrets: Arc::new(SecretsFile::new(state_dir.join("secrets.env"))),
@@ -346,7 +362,7 @@ pub fn run_verb(workspace_dir: &Path, name: &str, args: Value) -> Result<Value, 
     system.block_on(async move {
         let state_dir = workspace.join(".gm");
         let ctx = Ctx::new(Shared {
-            search: start_search(&workspace, &state_dir, &Watcher::off("the one-shot CLI does not watch")),
+            search: start_search(&workspace, &state_dir, &Watcher::off("the one-shot CLI does not watch"), None),
             calls: start_calls(&workspace, &state_dir, &Watcher::off("the one-shot CLI does not watch")),
             secrets: Arc::new(SecretsFile::new(state_dir.join("secrets.env"))),
             jobs: Jobs::new(state_dir.join("jobs")).start(),

@@ -54,6 +54,33 @@ fn events(gm: &mut Gm, kind: &str, name: &str) -> Vec<Value> {
     gm.events_of(kind).into_iter().filter(|e| e["name"] == name).collect()
 }
 
+/// The first `mcp-server` event of `name` whose state is one of `states`, waiting for it: no
+/// call waits for a server to start, so its outcome comes when it comes.
+fn wait_for_state(gm: &mut Gm, name: &str, states: &[&str], within: Duration) -> Value {
+    let until = Instant::now() + within;
+    loop {
+        let found = events(gm, "mcp-server", name).into_iter().find(|e| states.iter().any(|s| e["state"] == *s));
+        if let Some(e) = found {
+            return e;
+        }
+        assert!(Instant::now() < until, "{name} never reached {states:?}: {:?}", events(gm, "mcp-server", name));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether a reply to `id` comes within `wait` (notifications are skipped).
+fn replied(gm: &mut Gm, id: &str, wait: Duration) -> bool {
+    let until = Instant::now() + wait;
+    while let Some(left) = until.checked_duration_since(Instant::now()) {
+        match gm.recv(left) {
+            Some(m) if m["id"] == id => return true,
+            Some(_) => {}
+            None => return false,
+        }
+    }
+    false
+}
+
 #[test]
 fn a_child_tool_is_a_call_in_run_code_beside_the_native_verbs_listed_and_logged() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -132,8 +159,9 @@ fn every_page_of_a_tool_list_is_read() {
     let dir = tempfile::tempdir().expect("tempdir");
     configure(dir.path(), json!({ "p": entry(&["--pages"], json!({})) }));
     let mut gm = serve(dir.path(), &[]);
+    wait_for_state(&mut gm, "p", &["ready"], Duration::from_secs(10));
     let n = gm.js("return gm.verbs().filter(v => v.server === 'p').length;");
-    assert_eq!(n, 9);
+    assert_eq!(n, 10);
 }
 
 #[test]
@@ -212,7 +240,7 @@ fn a_cancelled_body_cancels_its_child_call() {
     let received = wait_for_line(&record, "notifications/cancelled");
     assert!(received.contains("cancelled by the caller"), "{received}");
     assert_eq!(gm.js("return 1"), 1);
-    assert!(gm.recv(Duration::from_millis(200)).is_none(), "the cancelled body is not answered");
+    assert!(!replied(&mut gm, "b", Duration::from_millis(200)), "the cancelled body is not answered");
 }
 
 #[test]
@@ -250,7 +278,7 @@ fn a_server_that_never_answers_fails_at_its_startup_budget_and_garbage_on_stdout
     );
     let mut gm = serve(dir.path(), &[]);
     assert_eq!(gm.js("return (await gm.noisy_echo({ n: 5 })).structuredContent.echo.n"), 5);
-    let failed = events(&mut gm, "mcp-server", "hang").into_iter().find(|e| e["state"] == "failed").expect("failed");
+    let failed = wait_for_state(&mut gm, "hang", &["failed"], Duration::from_secs(10));
     let causes = failed["causes"].as_array().expect("causes");
     assert_eq!(causes.len(), 1, "a server that hangs is not tried again: {causes:?}");
     assert!(causes[0].as_str().expect("cause").contains("did not answer initialize within"), "{causes:?}");
@@ -411,11 +439,15 @@ fn a_gm_that_names_gm_as_its_child_stops_at_depth_two() {
     // The child gm serves its own run loop tools to this one.
     let step = gm.js("return (await gm.inner_next_context({})).structuredContent.step;");
     assert_eq!(step, 1);
-    let level1 = common::read_log(&ws.join("sub/.gm/log.jsonl"));
-    assert!(
-        level1.iter().any(|e| e["kind"] == "mcp-server" && e["name"] == "inner" && e["state"] == "ready"),
-        "level 1 started level 2"
-    );
+    // Level 1 starts level 2 on its own time (nothing waits for it): wait for its word.
+    let until = Instant::now() + Duration::from_secs(20);
+    while !common::read_log(&ws.join("sub/.gm/log.jsonl"))
+        .iter()
+        .any(|e| e["kind"] == "mcp-server" && e["name"] == "inner" && e["state"] == "ready")
+    {
+        assert!(Instant::now() < until, "level 1 started level 2");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let level2 = common::read_log(&ws.join("sub/sub/.gm/log.jsonl"));
     assert!(
         level2
@@ -439,11 +471,7 @@ fn the_shipped_browser_server_that_cannot_start_is_one_event_and_nothing_else() 
     assert_eq!(gm.call_ok("next_context", json!({}))["step"], 1, "initialize and steps are not delayed");
     gm.read_skill();
     assert_eq!(gm.js("return 1 + 1"), 2);
-    let states: Vec<String> = events(&mut gm, "mcp-server", "playwriter")
-        .iter()
-        .map(|e| e["state"].as_str().unwrap_or("").to_owned())
-        .collect();
-    assert!(states.iter().any(|s| s == "failed" || s == "ready"), "{states:?}");
+    wait_for_state(&mut gm, "playwriter", &["failed", "ready"], Duration::from_secs(120));
 }
 
 #[test]
@@ -519,4 +547,187 @@ fn a_killed_workers_child_servers_go_with_it_even_one_that_ignores_eof() {
     assert!(!alive(grandchild), "what the dead worker's server started outlived it");
     let ended = gm.events_of("mcp-server").into_iter().find(|e| e["state"] == "leftovers-ended").expect("logged");
     assert_eq!(ended["groups"], json!([server]), "{ended}");
+}
+
+/// Waits for a failed `code-call` of `verb` and returns it.
+fn wait_for_code_call(gm: &mut Gm, verb: &str, within: Duration) -> Value {
+    let until = Instant::now() + within;
+    loop {
+        if let Some(e) = gm.events_of("code-call").into_iter().find(|e| e["verb"] == verb && e["outcome"] == "error") {
+            return e;
+        }
+        assert!(Instant::now() < until, "no code-call of {verb} within {within:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn start_body(gm: &mut Gm, id: &str, code: &str) {
+    gm.send(&json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": { "name": "run_code", "arguments": { "code": code } } }));
+}
+
+fn cancel(gm: &mut Gm, id: &str) {
+    gm.send(&json!({ "jsonrpc": "2.0", "method": "notifications/cancelled", "params": { "requestId": id } }));
+}
+
+/// A request line far past the pipe's 64 KiB: a child that does not read cannot take it.
+const BIG_ECHO: &str = "{ pad: 'x'.repeat(300000) }";
+
+#[test]
+fn a_child_that_stops_reading_cannot_hold_a_call_past_its_timeout_or_cancel_nor_take_every_js_engine() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    configure(
+        dir.path(),
+        json!({ "short": entry(&[], json!({ "timeoutMs": 1000 })), "long": entry(&[], json!({ "timeoutMs": 600000 })) }),
+    );
+    let mut gm = serve(dir.path(), &[]);
+    // Both answer, then stop reading their stdin (an event loop blocked for good).
+    gm.js("await gm.short_stall({}); await gm.long_stall({});");
+    // The timeout holds though the request cannot be written whole.
+    let started = Instant::now();
+    let err = js_err(&mut gm, &format!("await gm.short_echo({BIG_ECHO});"));
+    assert_eq!(err["details"]["code"], "timeout", "{err}");
+    assert!(started.elapsed() < Duration::from_secs(5), "the timeout fired after {:?}", started.elapsed());
+    // So does a cancel.
+    start_body(&mut gm, "c", &format!("await gm.long_echo({BIG_ECHO});"));
+    std::thread::sleep(Duration::from_millis(300));
+    let cancelled_at = Instant::now();
+    cancel(&mut gm, "c");
+    let call = wait_for_code_call(&mut gm, "long_echo", Duration::from_secs(5));
+    assert_eq!(call["error"], "cancelled", "{call}");
+    assert!(cancelled_at.elapsed() < Duration::from_secs(5));
+    // Three calls stuck on it hold no JS engine: a later body runs at once.
+    for id in ["e1", "e2", "e3"] {
+        start_body(&mut gm, id, &format!("await gm.long_echo({BIG_ECHO});"));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let started = Instant::now();
+    let reply = gm.request("tools/call", json!({ "name": "run_code", "arguments": { "code": "return 41 + 1" } }));
+    assert_eq!(reply["result"]["structuredContent"]["result"], 42, "{reply}");
+    assert!(started.elapsed() < Duration::from_secs(5), "a later body waited {:?}", started.elapsed());
+    for id in ["e1", "e2", "e3"] {
+        cancel(&mut gm, id);
+    }
+}
+
+#[test]
+fn a_server_whose_restart_failed_is_started_again_by_a_later_call_after_a_backoff() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broken = dir.path().join("broken");
+    configure(
+        dir.path(),
+        json!({ "r": entry(&["--crash-before-init-while", broken.to_str().expect("utf8")], json!({})) }),
+    );
+    let mut gm = serve(dir.path(), &[]);
+    assert_eq!(gm.js("return (await gm.r_echo({ a: 1 })).structuredContent.echo.a"), 1);
+    // It crashes, and its restart fails (every attempt of it).
+    std::fs::write(&broken, "").expect("touch");
+    assert_eq!(js_err(&mut gm, "await gm.r_crash({});")["details"]["code"], "unavailable");
+    let err = js_err(&mut gm, "await gm.r_echo({});");
+    assert_eq!(err["details"]["code"], "unavailable", "{err}");
+    let message = err["message"].as_str().expect("message");
+    assert!(message.contains("3 attempts"), "{message}");
+    // Once it can start again, a later call starts it: it is not unavailable for good.
+    std::fs::remove_file(&broken).expect("rm");
+    let until = Instant::now() + Duration::from_secs(15);
+    loop {
+        let r = gm.js("return await gm.try(() => gm.r_echo({ b: 2 }))");
+        if r["structuredContent"]["echo"]["b"] == 2 {
+            break;
+        }
+        assert_eq!(r["error"]["code"], "unavailable", "{r}");
+        assert!(Instant::now() < until, "never started again: {r}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let failed = events(&mut gm, "mcp-server", "r").into_iter().find(|e| e["state"] == "failed").expect("failed");
+    assert_eq!(failed["retryInMs"], 1000, "{failed}");
+    assert!(message.contains("a call starts it again after"), "the failure says when: {message}");
+}
+
+#[test]
+fn a_call_waiting_for_a_server_to_restart_stops_waiting_when_cancelled() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stuck = dir.path().join("stuck");
+    configure(
+        dir.path(),
+        json!({ "h": entry(&["--hang-while", stuck.to_str().expect("utf8")], json!({ "startupTimeoutMs": 120000 })) }),
+    );
+    let mut gm = serve(dir.path(), &[]);
+    assert_eq!(gm.js("return (await gm.h_echo({ a: 1 })).structuredContent.echo.a"), 1);
+    // It crashes, and its restart hangs before answering initialize (for two minutes).
+    std::fs::write(&stuck, "").expect("touch");
+    assert_eq!(js_err(&mut gm, "await gm.h_crash({});")["details"]["code"], "unavailable");
+    start_body(&mut gm, "w", "await gm.h_echo({});");
+    std::thread::sleep(Duration::from_millis(300));
+    cancel(&mut gm, "w");
+    let call = wait_for_code_call(&mut gm, "h_echo", Duration::from_secs(5));
+    assert_eq!(call["error"], "cancelled", "{call}");
+    assert_eq!(gm.js("return 1"), 1);
+}
+
+#[test]
+fn tools_list_answers_at_once_naming_the_servers_still_starting_and_each_session_hears_when_their_tools_arrive() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    configure(dir.path(), json!({ "slow": entry(&["--slow-start", "3000"], json!({})) }));
+    let mut first = serve(dir.path(), &[]);
+    let home = common::trust_home();
+    let mut second = Gm::start_in(dir.path(), &[], &[("HOME", home.to_str().expect("utf8"))]);
+    second.ready();
+    let description = |gm: &mut Gm| -> String {
+        let tools = gm.ok("tools/list", json!({}));
+        let run_code = tools["tools"].as_array().expect("tools").iter().find(|t| t["name"] == "run_code").cloned();
+        run_code.expect("run_code")["description"].as_str().expect("description").to_owned()
+    };
+    let started = Instant::now();
+    let d = description(&mut first);
+    assert!(started.elapsed() < Duration::from_secs(1), "tools/list waited {:?}", started.elapsed());
+    assert!(d.contains("still starting") && d.contains("slow"), "{d}");
+    assert!(!d.contains("gm.slow_echo"), "{d}");
+    assert_eq!(
+        second.ok(
+            "initialize",
+            json!({ "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": { "name": "t", "version": "0" } })
+        )["capabilities"]["tools"]["listChanged"],
+        true
+    );
+    // Each session is told when the tools arrive; its next tools/list names them.
+    for gm in [&mut first, &mut second] {
+        let until = Instant::now() + Duration::from_secs(15);
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            let m = gm.recv(left).expect("notifications/tools/list_changed");
+            if m["method"] == "notifications/tools/list_changed" {
+                break;
+            }
+        }
+        let d = description(gm);
+        assert!(d.contains("gm.slow_echo") && !d.contains("still starting"), "{d}");
+    }
+}
+
+#[test]
+fn a_body_runs_at_once_while_servers_start_and_its_call_to_one_waits_for_it_cancellably() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    configure(
+        dir.path(),
+        json!({
+            "slow": entry(&["--slow-start", "1500"], json!({})),
+            "slower": entry(&["--slow-start", "100000"], json!({ "startupTimeoutMs": 200000 })),
+        }),
+    );
+    let mut gm = serve(dir.path(), &[]);
+    let started = Instant::now();
+    assert_eq!(gm.js("return 1 + 1"), 2);
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "a body waited {:?} for servers it does not call",
+        started.elapsed()
+    );
+    assert_eq!(gm.js("return (await gm.slow_echo({ a: 3 })).structuredContent.echo.a"), 3);
+    start_body(&mut gm, "s", "await gm.slower_echo({});");
+    std::thread::sleep(Duration::from_millis(300));
+    cancel(&mut gm, "s");
+    let call = wait_for_code_call(&mut gm, "slower_echo", Duration::from_secs(5));
+    assert_eq!(call["error"], "cancelled", "{call}");
 }

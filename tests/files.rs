@@ -260,6 +260,33 @@ fn a_large_file_is_paged_from_disk_to_its_last_page_and_a_change_is_seen_at_once
 }
 
 #[test]
+fn the_first_page_of_a_2_gb_file_reads_only_the_page_and_says_more_instead_of_counting() {
+    let mut gm = Gm::start(&[]);
+    gm.ready();
+    // 3000 lines, then a hole to 2 GB (sparse: instant to make, and all of it reads as NULs).
+    let head: String = (1..=3000).map(|i| format!("entry {i}\n")).collect();
+    let path = gm.workspace.join("huge.log");
+    std::fs::write(&path, &head).expect("write");
+    std::fs::OpenOptions::new().write(true).open(&path).expect("open").set_len(2 << 30).expect("grow");
+    let started = std::time::Instant::now();
+    let r = gm.js("const first = await gm.read_file({ path: 'huge.log' });
+         const second = await gm.read_file({ path: 'huge.log', offset: first.next, limit: 2 });
+         return { first, second };");
+    let took = started.elapsed();
+    let first = &r["first"];
+    assert_eq!((first["startLine"].as_u64(), first["endLine"].as_u64()), (Some(1), Some(2000)), "{first}");
+    assert!(first["content"].as_str().expect("content").starts_with("entry 1\nentry 2\n"));
+    assert_eq!(first["more"], true, "{first}");
+    assert!(first.get("totalLines").is_none(), "the whole file was counted: {first}");
+    assert_eq!(first["next"], 2001);
+    assert_eq!(first["bytes"], 2u64 << 30);
+    assert_eq!(r["second"]["content"], "entry 2001\nentry 2002\n");
+    assert_eq!(r["second"]["more"], true);
+    // Counting 2 GB took 2.8 s in a release build; two pages read a few megabytes.
+    assert!(took < std::time::Duration::from_secs(2), "two pages of a 2 GB file took {took:?}");
+}
+
+#[test]
 fn a_large_file_pages_as_text_where_the_page_is_text() {
     let mut gm = tools();
     let mut bytes: Vec<u8> = (0..200_000).flat_map(|i| format!("line {i}\n").into_bytes()).collect();

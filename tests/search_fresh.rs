@@ -277,3 +277,53 @@ fn callers_inside_run_code_sees_an_outside_edit_at_once() {
     let r = gm.js("return (await gm.callers({ symbol: 'target' })).total");
     assert_eq!(r, 2);
 }
+
+#[test]
+fn searches_while_the_index_builds_reuse_an_earlier_scan_until_something_changes() {
+    // Every tree counts as big, and this one takes the debug build a while to index.
+    let big = [("GM_SEARCH_SYNC_BYTES", "0")];
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    git(d, &["init", "-q", "-b", "main"]);
+    write(d, "src/alpha.rs", "fn alpha() {\n    let quokka = 1;\n}\n");
+    for i in 0..150 {
+        let text: String =
+            (0..1000).map(|n| format!("let filler_{i}_{n} = compute_value({n}, \"row {i}\");\n")).collect();
+        write(d, &format!("gen/f{i:03}.rs"), &text);
+    }
+    git(d, &["add", "."]);
+    git(d, &["commit", "-q", "-m", "init"]);
+    // Through bodies, the default surface.
+    let mut gm = Gm::start_in(d, &[], &big);
+    gm.ready();
+    let first = gm.js("return await gm.search({ query: 'quokka' })");
+    assert_eq!(first["provisional"], true, "{first}");
+    assert!(first.get("reused").is_none(), "{first}");
+    // Asked again with nothing changed: the earlier scan's answer, not another scan.
+    let again = gm.js("return await gm.search({ query: 'quokka' })");
+    assert_eq!(again["provisional"], true, "the index built too soon for this test: {again}");
+    assert_eq!(again["reused"], true, "{again}");
+    assert_eq!(hits(&again), hits(&first));
+    // A change makes the earlier answers stale: scanned again, and it shows.
+    write(d, "src/alpha.rs", "fn alpha() {\n    let wombat = 1;\n}\n");
+    let changed = gm.js("return await gm.search({ query: 'quokka' })");
+    if changed["provisional"] == true {
+        assert!(changed.get("reused").is_none(), "{changed}");
+        assert!(hits(&changed).is_empty(), "{changed}");
+    }
+    // The change made during the build is in the built index's first answer.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let built = loop {
+        let r = gm.js("return await gm.search({ query: 'wombat' })");
+        if r.get("provisional").is_none() {
+            break r;
+        }
+        assert!(std::time::Instant::now() < until, "the index was never built");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!(hits(&built), ["src/alpha.rs:2"], "{built}");
+    let events = gm.events_of("search-index");
+    assert_eq!(events.first().map(|e| e["state"].clone()), Some(json!("building")), "{events:?}");
+    let done = events.iter().find(|e| e["state"] == "built").expect("a built event");
+    assert_eq!(done["files"], 151, "{done}");
+}

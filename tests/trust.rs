@@ -334,7 +334,6 @@ async fn a_server_approved_at_run_time_is_recorded_started_and_answers() {
     let store = TrustStore::at(&repo.home.path().join(".gmnew"));
     let children = Children::start_with(&config, &repo.ws, writer.start(), 0, Ok(store.clone()));
 
-    children.ready().await;
     let pending = children.pending();
     assert_eq!(pending.len(), 1);
     assert!(pending[0].command_line.starts_with("sh -c 'echo started > marker; exec "), "{pending:?}");
@@ -343,16 +342,17 @@ async fn a_server_approved_at_run_time_is_recorded_started_and_answers() {
     assert!(children.find("evil_echo").is_none());
     assert!(!repo.marker().exists());
 
-    children.approve("evil").await.expect("approved");
-    assert!(repo.marker().exists(), "started by the time approve answered");
+    children.approve("evil").expect("approved");
     assert!(store.approved(&repo.ws, "evil", &pending[0].sha256).expect("store"), "recorded as gm trust would");
     assert!(children.pending().is_empty());
-    let tool = children.find("evil_echo").expect("its tools are there");
+    // A call waits for the server it started.
     let cancel = gm_actors::cancel::CancelToken::default();
+    let tool = children.find_or_start("evil_echo", &cancel).await.expect("started").expect("its tools are there");
+    assert!(repo.marker().exists(), "started by the time its first call found it");
     let r = children.call(&tool, json!({ "k": 1 }), &cancel).await.expect("call");
     assert_eq!(r["structuredContent"]["echo"], json!({ "k": 1 }));
-    assert!(matches!(children.approve("evil").await, Err(ApproveError::NotWaiting(_))));
-    assert!(matches!(children.approve("nobody").await, Err(ApproveError::NotWaiting(_))));
+    assert!(matches!(children.approve("evil"), Err(ApproveError::NotWaiting(_))));
+    assert!(matches!(children.approve("nobody"), Err(ApproveError::NotWaiting(_))));
     children.stop().await;
 }
 

@@ -3,15 +3,20 @@
 //! notifications it receives (cancellations) to a file.
 //!
 //!   mcp-test-server [--crash-before-init] [--crash-before-init-times FILE N] [--hang]
+//!                   [--crash-before-init-while FILE] [--hang-while FILE] [--slow-start MS]
 //!                   [--garbage] [--pages] [--record FILE] [--name NAME] [--extra-tool NAME]...
 //!                   [--ignore-eof] [--grandchild FILE]
 //!
 //! `--ignore-eof` keeps it running after its stdin ends (a server whose loop is stuck);
-//! `--grandchild FILE` starts a `sleep` in its process group and writes that pid to FILE.
+//! `--grandchild FILE` starts a `sleep` in its process group and writes that pid to FILE;
+//! `--crash-before-init-while FILE` and `--hang-while FILE` crash or hang at a start while FILE
+//! exists (a restart that fails, then works); `--slow-start MS` waits before reading anything.
 //!
 //! Tools: echo (returns its arguments), sleep ({ ms }), fail (an isError result), crash (exits
 //! mid-call), env ({ name }: an environment variable), add_tool (adds `extra` and sends
-//! notifications/tools/list_changed), pid, read_file and reset (names other tests need).
+//! notifications/tools/list_changed), pid, stall (answers, then stops reading its stdin for
+//! { ms }, for ever without: its event loop blocked), read_file and reset (names other tests
+//! need).
 
 use std::io::{BufRead, Write};
 use std::sync::{Arc, Mutex};
@@ -30,6 +35,7 @@ struct Options {
     extra: Vec<String>,
     ignore_eof: bool,
     grandchild: Option<String>,
+    slow_start: Option<u64>,
 }
 
 fn options() -> Options {
@@ -44,9 +50,11 @@ fn options() -> Options {
             crash_before_init |= started < n;
         }
     }
+    let exists = |flag: &str| value(flag).is_some_and(|file| std::path::Path::new(&file).exists());
+    crash_before_init |= exists("--crash-before-init-while");
     Options {
         crash_before_init,
-        hang: args.iter().any(|a| a == "--hang"),
+        hang: args.iter().any(|a| a == "--hang") || exists("--hang-while"),
         garbage: args.iter().any(|a| a == "--garbage"),
         pages: args.iter().any(|a| a == "--pages"),
         record: value("--record"),
@@ -54,6 +62,7 @@ fn options() -> Options {
         extra: args.windows(2).filter(|w| w[0] == "--extra-tool").map(|w| w[1].clone()).collect(),
         ignore_eof: args.iter().any(|a| a == "--ignore-eof"),
         grandchild: value("--grandchild"),
+        slow_start: value("--slow-start").and_then(|ms| ms.parse().ok()),
     }
 }
 
@@ -67,6 +76,9 @@ fn main() {
     if opts.crash_before_init {
         eprintln!("crashing before initialize, as asked");
         std::process::exit(3);
+    }
+    if let Some(ms) = opts.slow_start {
+        std::thread::sleep(Duration::from_millis(ms));
     }
     if let Some(file) = &opts.grandchild {
         // Inherits this server's process group, as what a server starts usually does.
@@ -93,6 +105,7 @@ fn main() {
         tool("read_file", "A tool with a native verb's name."),
         tool("reset", "A tool a config denies."),
         tool("pid", "This server's process id."),
+        tool("stall", "Answers, then stops reading its stdin for { ms } (for ever without)."),
     ];
     tools.extend(opts.extra.iter().map(|n| tool(n, "Named on the command line; echoes.")));
     let stdin = std::io::stdin();
@@ -162,6 +175,12 @@ fn main() {
                         let mut r = text(std::process::id().to_string());
                         r["structuredContent"] = json!({ "pid": std::process::id() });
                         send(reply(r));
+                    }
+                    "stall" => {
+                        send(reply(text("stalling".into())));
+                        // This loop is the only reader of stdin: nothing is read meanwhile.
+                        let ms = args["ms"].as_u64().unwrap_or(u64::MAX / 4);
+                        std::thread::sleep(Duration::from_millis(ms));
                     }
                     "fail" => {
                         let mut r = text("it failed, as asked".into());

@@ -24,7 +24,8 @@ pub fn negotiate(requested: Option<&str>) -> &'static str {
 
 pub fn capabilities() -> Value {
     json!({
-        "tools": { "listChanged": false },
+        // run_code's description changes as child servers start (and their tools change).
+        "tools": { "listChanged": true },
         "resources": { "subscribe": false, "listChanged": false },
         "prompts": { "listChanged": false },
         "extensions": { SKILLS_EXTENSION: {} },

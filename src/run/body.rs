@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 
 use super::{raw, ToolOutput};
 use crate::app::App;
-use crate::children::ChildTool;
+use crate::children::Offered;
 use crate::verbs;
 use crate::verbs::{parse_args, VerbError};
 
@@ -160,8 +160,10 @@ fn js_error_code(e: &JsError) -> &'static str {
     }
 }
 
-/// run_code's description: the body's rules and every verb and child tool it can call.
-pub fn run_code_description(children: &[ChildTool]) -> String {
+/// run_code's description: the body's rules and every verb and child tool it can call, and
+/// the child servers still starting.
+pub fn run_code_description(offered: &Offered) -> String {
+    let children = &offered.tools;
     let mut d = String::from(
         "Run an async JavaScript body (QuickJS) and return its result. `return` gives the result; \
          console.log/error are captured; a throw comes back as an error with its stack and the line in the body. \
@@ -178,6 +180,12 @@ pub fn run_code_description(children: &[ChildTool]) -> String {
             let first = t.description.lines().next().unwrap_or("").trim();
             d.push_str(&format!("- gm.{}(args): {} [{}]\n", t.name, first, t.server));
         }
+    }
+    if !offered.starting.is_empty() {
+        d.push_str(&format!(
+            "Child MCP servers still starting (their tools are listed once they have started; a call to gm.<server>_<tool> waits for its server): {}\n",
+            offered.starting.join(", ")
+        ));
     }
     d.push_str(
         "- gm.verbs(): every verb with its description and argument schema.\n\

@@ -20,7 +20,7 @@ use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use crate::app::App;
-use crate::children::ChildTool;
+use crate::children::Offered;
 use crate::run_state::{Opened, RunState};
 use crate::verbs::{self, schema_of, Json, Traits, VerbError, QUICK};
 
@@ -74,7 +74,7 @@ pub type ToolFuture = LocalBoxFuture<'static, Result<ToolOutput, Value>>;
 pub struct LoopTool {
     pub name: &'static str,
     /// Its description, given the child servers' tools (run_code's names them).
-    pub description: fn(&[ChildTool]) -> String,
+    pub description: fn(&Offered) -> String,
     pub schema: fn() -> Value,
     pub traits: Traits,
     /// The slots a call of it takes (verbs take theirs inside `verbs::call`).
@@ -200,16 +200,9 @@ fn arrive_run_code(app: &Rc<App>, s: &mut RunSession, args: &RawValue, cancel: C
     let app = app.clone();
     let scope = s.scope().clone();
     let consent = s.consent.clone();
-    Box::pin(async move {
-        // The body's `gm` names the child servers' tools: wait until they have all started or
-        // failed.
-        tokio::select! {
-            biased;
-            () = cancel.cancelled() => return Err(VerbError::Cancelled.to_json()),
-            () = app.ctx.children.ready() => {}
-        }
-        body::run_code(&app, code, budget, number, cancel, scope, consent).await
-    })
+    // Child servers still starting are not waited for: a body's call to one of their tools
+    // waits for that server alone (`Children::find_or_start`).
+    Box::pin(async move { body::run_code(&app, code, budget, number, cancel, scope, consent).await })
 }
 
 /// Sets the run's task (the `gm` prompt's `task` argument).

@@ -479,6 +479,30 @@ impl LineIndex {
         Some(rels)
     }
 
+    /// The indexed files under `dirs` (directories the watcher could not watch) that changed
+    /// or went since they were indexed, by size and modification time; `None` when one of
+    /// them holds a file the index does not know outside git (the tracked list must be read
+    /// again, as [`Self::resolve_dirty`] says for a new file).
+    pub fn changed_under(&self, dirs: &BTreeSet<String>) -> Option<Vec<String>> {
+        let mut changed = Vec::new();
+        for dir in dirs {
+            let under = format!("{dir}/");
+            for (rel, known) in self.manifest.files.iter().filter(|(k, _)| k.starts_with(&under)) {
+                let same = std::fs::metadata(self.workspace.join(rel))
+                    .is_ok_and(|m| m.is_file() && m.len() == known.size && mtime_ns(&m) == known.mtime_ns);
+                if !same {
+                    changed.push(rel.clone());
+                }
+            }
+            if !self.in_git
+                && crate::watch::files_under(&self.workspace, dir).any(|rel| !self.manifest.files.contains_key(&rel))
+            {
+                return None;
+            }
+        }
+        Some(changed)
+    }
+
     /// The statistics this index scores `query` with (see [`IndexStats`]).
     fn stats_for(&self, searcher: &tantivy::Searcher, query: &str) -> Result<IndexStats, IndexError> {
         let mut docs = 0u64;

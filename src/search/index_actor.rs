@@ -5,16 +5,24 @@
 //! A big tree with no index yet is not made to wait for the build (17 s for the Linux kernel):
 //! the first searches are answered from a scan of the files ([`super::provisional`], marked
 //! `provisional`) while the index builds on a thread of its own, which hands it back when done.
+//! The first scan takes every core (the build has not started); later ones take half of them,
+//! so that the build is not starved, and a query asked again while the watcher reports no
+//! change is answered from its earlier scan (`reused`), so that a client polling until the
+//! index is ready does not make it scan the tree again and again. What the watcher reports
+//! during the build is held and brought into the index by the first search after it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 
 use actix::prelude::*;
+use gm_actors::log_writer::{Event, LogWriter};
 use serde::Serialize;
+use serde_json::json;
 
-use super::index::{scan, IndexError, LineIndex, RefreshStats, Scan, SearchHit};
+use super::index::{scan, IndexError, LineIndex, RefreshStats, Scan, SearchHit, MAX_FILE_BYTES};
 use super::provisional::{self, ProvisionalFile};
-use crate::watch::{Changes, Subscription};
+use super::tracked::tracked_with_git_sizes;
+use crate::watch::{Changes, Dirty, Readiness, Subscription};
 
 /// The index as an actor on its own thread (start it with `SyncArbiter::start(1, ...)`).
 pub struct SearchIndex {
@@ -26,15 +34,26 @@ pub struct SearchIndex {
     /// Whether the last search had the watcher's word: when the watcher stops, the next
     /// search scans everything once, since what changed in between is not known.
     watched: bool,
-    /// The files of the tree while its first index builds (the index is on the build's
-    /// thread meanwhile); searches scan them.
-    building: Option<Vec<ProvisionalFile>>,
+    /// While the tree's first index builds (the index is on the build's thread meanwhile):
+    /// the files searches scan, and the answers they gave.
+    building: Option<Building>,
+    /// What the watcher reported while the index built, for the first search after it.
+    held: Dirty,
+    /// Where the build's outcome is logged (`search-index` events).
+    log: Option<Addr<LogWriter>>,
     /// What the background build did, for the first reply after it.
     built: Option<RefreshStats>,
     /// Files the watcher saw change that are not reindexed yet: searches read them as they
     /// are now (see [`LineIndex::search_with_pending`]) and a [`Flush`] after the reply
     /// reindexes them, so a search right after an edit does not wait for the commit.
     pending: BTreeSet<String>,
+}
+
+/// A tree whose first index is building.
+struct Building {
+    files: Vec<ProvisionalFile>,
+    /// Answers already given, by query, limit and prefix: good while nothing changes.
+    answers: HashMap<(String, usize, Option<String>), Vec<SearchHit>>,
 }
 
 /// At most this many changed files are read at search time rather than reindexed first.
@@ -51,7 +70,7 @@ fn sync_build_bytes() -> u64 {
 }
 
 impl SearchIndex {
-    pub fn new(workspace: PathBuf, dir: PathBuf, changes: Subscription) -> Self {
+    pub fn new(workspace: PathBuf, dir: PathBuf, changes: Subscription, log: Option<Addr<LogWriter>>) -> Self {
         Self {
             workspace,
             dir,
@@ -60,37 +79,162 @@ impl SearchIndex {
             changes,
             watched: false,
             building: None,
+            held: Dirty::default(),
+            log,
             built: None,
             pending: BTreeSet::new(),
         }
     }
 
-    /// Builds the index on a thread of its own from `scan`; the index comes back as [`Built`].
-    /// Returns the scan back when the thread cannot start (the caller builds in place).
+    /// A search while the index builds: answered from a scan of the files on half the cores,
+    /// or from an earlier scan of the same query when the watcher says nothing changed since.
+    fn search_while_building(&mut self, msg: &Search) -> Option<SearchReply> {
+        let building = self.building.as_mut()?;
+        // Every change is held for after the build; any change makes earlier answers stale.
+        let trusted = match self.changes.changes() {
+            Changes::Watched(dirty) => {
+                if dirty.changed() {
+                    building.answers.clear();
+                }
+                let unwatched = !dirty.unwatched.is_empty();
+                self.held.merge(dirty);
+                !unwatched
+            }
+            Changes::Unwatched(_) => {
+                // What changed is not known: the first search after the build rescans.
+                self.held.all = true;
+                building.answers.clear();
+                false
+            }
+        };
+        let key = (msg.query.clone(), msg.limit, msg.path_prefix.clone());
+        let reply = |hits, reused| SearchReply {
+            hits,
+            provisional: true,
+            reused,
+            refreshed: None,
+            indexed_files: 0,
+            fresh: "scan",
+        };
+        if let Some(hits) = building.answers.get(&key).filter(|_| trusted) {
+            return Some(reply(hits.clone(), true));
+        }
+        let threads = (provisional::all_cores() / 2).max(1);
+        let hits = provisional::search_on(&building.files, &msg.query, msg.limit, msg.path_prefix.as_deref(), threads);
+        if trusted {
+            building.answers.insert(key, hits.clone());
+        }
+        Some(reply(hits, false))
+    }
+
+    /// The first search of a big tree with no index: answered from a scan of the files as
+    /// they are now, while the index builds in the background. It does not wait for the
+    /// watcher's first walk (a few hundred milliseconds on the kernel), since it reads the
+    /// files now; what stats the files for the index waits for it. `None`: the tree has an
+    /// index, or is small enough to index before answering (the caller goes on).
+    fn first_answer(&mut self, msg: &Search, ctx: &SyncContext<Self>) -> Result<Option<SearchReply>, String> {
+        let workspace = self.workspace.clone();
+        if !self.index().map_err(|e| e.to_string())?.is_unbuilt() {
+            return Ok(None);
+        }
+        let ready = self.changes.readiness();
+        // In git, the sizes git recorded are enough to answer; elsewhere the files are
+        // stat'ed now.
+        let (files, scan) = match tracked_with_git_sizes(&workspace).map_err(|e| e.to_string())? {
+            Some(tracked) => {
+                let files =
+                    tracked.into_iter().map(|(t, size)| ProvisionalFile { rel: t.rel, path: t.path, size }).collect();
+                (files, None)
+            }
+            None => {
+                ready.wait();
+                let scan = scan(&workspace).map_err(|e| e.to_string())?;
+                let files: Vec<ProvisionalFile> = scan
+                    .files()
+                    .map(|(rel, path, size)| ProvisionalFile { rel: rel.to_owned(), path: path.to_owned(), size })
+                    .collect();
+                (files, Some(scan))
+            }
+        };
+        let bytes: u64 = files.iter().map(|f: &ProvisionalFile| f.size.min(MAX_FILE_BYTES)).sum();
+        if bytes <= sync_build_bytes() {
+            return Ok(None);
+        }
+        // Answered before the build starts: the build takes both cores.
+        let hits = provisional::search(&files, &msg.query, msg.limit, msg.path_prefix.as_deref());
+        match self.build_in_background(scan, files, ready.clone(), ctx) {
+            Ok(()) => {
+                self.watched = !ready.failed();
+                // The same query asked again during the build gets this answer, while the
+                // watcher reports no change (the next search asks it).
+                if let Some(building) = self.building.as_mut() {
+                    let key = (msg.query.clone(), msg.limit, msg.path_prefix.clone());
+                    building.answers.insert(key, hits.clone());
+                }
+                Ok(Some(SearchReply {
+                    hits,
+                    provisional: true,
+                    reused: false,
+                    refreshed: None,
+                    indexed_files: 0,
+                    fresh: "scan",
+                }))
+            }
+            Err(scan) => {
+                // No thread for the build: it is built here, and the caller answers from it.
+                let scan = scan.unwrap_or_else(|| scan_again(&workspace));
+                let index = self.index().map_err(|e| e.to_string())?;
+                index.apply(scan).map_err(|e| e.to_string())?;
+                Ok(None)
+            }
+        }
+    }
+
+    fn log(&self, fields: serde_json::Value) {
+        if let Some(log) = &self.log {
+            log.do_send(Event::new("search-index", fields));
+        }
+    }
+
+    /// Builds the index on a thread of its own from `scan` (made there when `None`, once the
+    /// watcher's first watches are in place, so that no change after it is missed: stat'ing
+    /// every file is the build's work, not the first answer's); the index comes back as
+    /// [`Built`]. Returns the scan back when the thread cannot start (the caller builds in
+    /// place).
     fn build_in_background(
         &mut self,
-        scan: Scan,
+        scan: Option<Scan>,
         files: Vec<ProvisionalFile>,
+        ready: Readiness,
         ctx: &SyncContext<Self>,
-    ) -> Result<(), Scan> {
+    ) -> Result<(), Option<Scan>> {
         let Some(index) = self.index.take() else { return Err(scan) };
         let addr = ctx.address();
+        let workspace = self.workspace.clone();
         let (tx, rx) = std::sync::mpsc::channel::<LineIndex>();
         let spawned = std::thread::Builder::new().name("gm-index-build".into()).spawn(move || {
             let Ok(mut index) = rx.recv() else { return };
-            let result = index.apply(scan).map_err(|e| e.to_string());
+            let scanned = match scan {
+                Some(scan) => Ok(scan),
+                None => {
+                    ready.wait();
+                    self::scan(&workspace).map_err(|e| e.to_string())
+                }
+            };
+            let result = scanned.and_then(|scan| index.apply(scan).map_err(|e| e.to_string()));
             addr.do_send(Built { index, result });
         });
         match spawned {
             Ok(_) => {
                 // The thread owns the scan now; the index follows it.
                 let _ = tx.send(index);
-                self.building = Some(files);
+                self.building = Some(Building { files, answers: HashMap::new() });
+                self.log(json!({ "state": "building" }));
                 Ok(())
             }
             Err(_) => {
                 self.index = Some(index);
-                Err(scan_again(&self.workspace))
+                Err(Some(scan_again(&self.workspace)))
             }
         }
     }
@@ -144,6 +288,10 @@ pub struct SearchReply {
     /// ranked by BM25 with the statistics of that scan; later searches use the index.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub provisional: bool,
+    /// A provisional answer given again: the same query was scanned earlier in the build and
+    /// the watcher reports no change since.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub reused: bool,
     /// Set when this search had to build or refresh the index first.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub refreshed: Option<RefreshStats>,
@@ -196,48 +344,36 @@ fn scan_again(workspace: &std::path::Path) -> Scan {
 impl Handler<Search> for SearchIndex {
     type Result = Result<SearchReply, String>;
     fn handle(&mut self, msg: Search, ctx: &mut SyncContext<Self>) -> Self::Result {
-        if let Some(files) = &self.building {
-            // The files are read as they are now, so the answer is fresh without the watcher.
-            let hits = provisional::search(files, &msg.query, msg.limit, msg.path_prefix.as_deref());
-            return Ok(SearchReply { hits, provisional: true, refreshed: None, indexed_files: 0, fresh: "scan" });
+        if let Some(reply) = self.search_while_building(&msg) {
+            return Ok(reply);
         }
-        // Asked before the index is touched, so that every change made before this call is in.
-        let changes = self.changes.changes();
+        if let Some(reply) = self.first_answer(&msg, ctx)? {
+            return Ok(reply);
+        }
+        // Asked before the index is touched, so that every change made before this call is in;
+        // with what was held while the index built.
+        let changes = match self.changes.changes() {
+            Changes::Watched(dirty) => {
+                let mut held = std::mem::take(&mut self.held);
+                held.merge(dirty);
+                Changes::Watched(held)
+            }
+            unwatched => unwatched,
+        };
         let was_watched = self.watched;
         let workspace = self.workspace.clone();
-        let index = self.index().map_err(|e| e.to_string())?;
-        if index.is_unbuilt() {
-            let scan = scan(&workspace).map_err(|e| e.to_string())?;
-            if scan.bytes() > sync_build_bytes() {
-                // Answered before the build starts: the build takes both cores.
-                let files: Vec<ProvisionalFile> = scan
-                    .files()
-                    .map(|(rel, path, size)| ProvisionalFile { rel: rel.to_owned(), path: path.to_owned(), size })
-                    .collect();
-                let hits = provisional::search(&files, &msg.query, msg.limit, msg.path_prefix.as_deref());
-                match self.build_in_background(scan, files, ctx) {
-                    Ok(()) => {
-                        self.watched = matches!(changes, Changes::Watched(_));
-                        return Ok(SearchReply {
-                            hits,
-                            provisional: true,
-                            refreshed: None,
-                            indexed_files: 0,
-                            fresh: "scan",
-                        });
-                    }
-                    Err(scan) => {
-                        let index = self.index().map_err(|e| e.to_string())?;
-                        index.apply(scan).map_err(|e| e.to_string())?;
-                    }
-                }
-            }
-        }
         let mut pending = std::mem::take(&mut self.pending);
         let index = self.index.as_mut().ok_or("the search index is not open")?;
         let first = !index.is_scanned();
         let (mut refreshed, fresh) = match changes {
-            Changes::Watched(dirty) => {
+            Changes::Watched(mut dirty) => {
+                // What the watcher could not watch is checked here, by size and mtime.
+                if !(first || dirty.all || dirty.tracked || dirty.unwatched.is_empty()) {
+                    match index.changed_under(&dirty.unwatched) {
+                        Some(changed) => dirty.paths.extend(changed),
+                        None => dirty.all = true,
+                    }
+                }
                 let refreshed = if first || dirty.all || dirty.tracked {
                     pending.clear(); // a full refresh reindexes them too
                     Some(index.refresh().map_err(|e| e.to_string())?)
@@ -286,7 +422,14 @@ impl Handler<Search> for SearchIndex {
             refreshed = self.built.take();
         }
         let index = self.index().map_err(|e| e.to_string())?;
-        let reply = SearchReply { hits, provisional: false, refreshed, indexed_files: index.indexed_files(), fresh };
+        let reply = SearchReply {
+            hits,
+            provisional: false,
+            reused: false,
+            refreshed,
+            indexed_files: index.indexed_files(),
+            fresh,
+        };
         let rescan = fresh == "rescan" && index.needs_scan();
         self.watched = fresh == "watch";
         if rescan {
@@ -302,11 +445,17 @@ impl Handler<Built> for SearchIndex {
         self.building = None;
         match msg.result {
             Ok(stats) => {
+                let mut fields = serde_json::to_value(&stats).unwrap_or_else(|_| json!({}));
+                fields["state"] = json!("built");
+                self.log(fields);
                 self.index = Some(msg.index);
                 self.built = Some(stats);
             }
             // The next search opens the index again and starts over.
-            Err(e) => eprintln!("gm: building the search index failed: {e}"),
+            Err(e) => {
+                self.log(json!({ "state": "failed", "why": e }));
+                eprintln!("gm: building the search index failed: {e}");
+            }
         }
     }
 }

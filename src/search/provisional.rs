@@ -56,8 +56,9 @@ pub struct ProvisionalFile {
     pub rel: String,
     /// On disk: a regular file when it was stat'ed (it is opened without another stat).
     pub path: PathBuf,
-    /// Its size when it was stat'ed: it orders the work and places the samples, and one over
-    /// [`MAX_FILE_BYTES`] is skipped unread. The file is read as it is now.
+    /// Its size when it was stat'ed, or as git's index recorded it: it orders the work and
+    /// places the samples, and one over [`MAX_FILE_BYTES`] is skipped unread. The file is read
+    /// as it is now (and skipped if it is over the limit now).
     pub size: u64,
 }
 
@@ -79,7 +80,24 @@ impl ProvisionalFile {
 /// word finds nothing. Unreadable, binary (a NUL byte), non-UTF-8 and oversized files are
 /// skipped, as the index skips them.
 pub fn search(files: &[ProvisionalFile], query: &str, limit: usize, prefix: Option<&str>) -> Vec<SearchHit> {
-    search_with(files, query, limit, prefix, Candidates::Prefiltered)
+    search_with(files, query, limit, prefix, Candidates::Prefiltered, all_cores())
+}
+
+/// [`search`] on at most `threads` threads: while the index builds on the other cores, a
+/// search must not take them all.
+pub fn search_on(
+    files: &[ProvisionalFile],
+    query: &str,
+    limit: usize,
+    prefix: Option<&str>,
+    threads: usize,
+) -> Vec<SearchHit> {
+    search_with(files, query, limit, prefix, Candidates::Prefiltered, threads)
+}
+
+/// The machine's cores.
+pub fn all_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, NonZeroUsize::get)
 }
 
 /// A built index's statistics for one query, so that lines scored here rank among its own
@@ -110,7 +128,7 @@ pub fn search_like_index(
     if files.is_empty() {
         return Vec::new();
     }
-    let partials = scan(&files, &parsed, Candidates::Prefiltered);
+    let partials = scan(&files, &parsed, Candidates::Prefiltered, all_cores());
     let top = rank(&files, &parsed, &partials, limit, Some(stats));
     hits(&files, top)
 }
@@ -129,6 +147,7 @@ fn search_with(
     limit: usize,
     prefix: Option<&str>,
     candidates: Candidates,
+    threads: usize,
 ) -> Vec<SearchHit> {
     let Some(query) = Query::new(query) else { return Vec::new() };
     if limit == 0 {
@@ -139,7 +158,7 @@ fn search_with(
     if files.is_empty() {
         return Vec::new();
     }
-    let partials = scan(&files, &query, candidates);
+    let partials = scan(&files, &query, candidates, threads);
     let top = rank(&files, &query, &partials, limit, None);
     hits(&files, top)
 }
@@ -275,9 +294,9 @@ impl Stats {
     }
 }
 
-/// Scans `files` on every core, largest first (the last file taken finishes soon after the
-/// others).
-fn scan(files: &[&ProvisionalFile], query: &Query, candidates: Candidates) -> Vec<Partial> {
+/// Scans `files` on `threads` threads, largest first (the last file taken finishes soon after
+/// the others).
+fn scan(files: &[&ProvisionalFile], query: &Query, candidates: Candidates, threads: usize) -> Vec<Partial> {
     let mut order: Vec<usize> = (0..files.len()).collect();
     order.sort_by(|&a, &b| files[b].size.cmp(&files[a].size).then_with(|| files[a].rel.cmp(&files[b].rel)));
     // Where each file starts in the concatenation of all, in `order`: samples fall at the same
@@ -290,7 +309,7 @@ fn scan(files: &[&ProvisionalFile], query: &Query, candidates: Candidates) -> Ve
     }
     let step = if total <= EXACT_BYTES { 1 } else { total.div_ceil(SAMPLES) };
     let next = AtomicUsize::new(0);
-    let threads = std::thread::available_parallelism().map_or(1, NonZeroUsize::get).min(files.len()).max(1);
+    let threads = threads.min(files.len()).max(1);
     std::thread::scope(|s| {
         let workers: Vec<_> = (0..threads)
             .map(|_| {
@@ -670,7 +689,7 @@ Last line without a newline: user";
         for query in ["user name", "getUserName", "name", "guest user", "header lookup", "src/user"] {
             for candidates in [Candidates::Prefiltered, Candidates::Every] {
                 let want = index.search(query, 50, None).expect("index search");
-                let got = search_with(&files, query, 50, None, candidates);
+                let got = search_with(&files, query, 50, None, candidates, all_cores());
                 assert!(!want.is_empty(), "{query:?} finds something");
                 assert_eq!(places(&got), places(&want), "{query:?}");
                 for (g, w) in got.iter().zip(&want) {
@@ -769,8 +788,8 @@ Last line without a newline: user";
         let tree = repo(&[("u.txt", text.as_bytes())]);
         files.extend(files_of(tree.path()));
         let same = |query: &str| {
-            let fast = search_with(&files, query, 10_000, None, Candidates::Prefiltered);
-            let every = search_with(&files, query, 10_000, None, Candidates::Every);
+            let fast = search_with(&files, query, 10_000, None, Candidates::Prefiltered, all_cores());
+            let every = search_with(&files, query, 10_000, None, Candidates::Every, all_cores());
             assert_eq!(places(&fast), places(&every), "{query:?}");
             fast.iter().any(|h| h.path == "u.txt")
         };
@@ -821,8 +840,8 @@ Last line without a newline: user";
             }
         }
         for query in &queries {
-            let fast = search_with(&files, query, 1000, None, Candidates::Prefiltered);
-            let every = search_with(&files, query, 1000, None, Candidates::Every);
+            let fast = search_with(&files, query, 1000, None, Candidates::Prefiltered, all_cores());
+            let every = search_with(&files, query, 1000, None, Candidates::Every, all_cores());
             assert_eq!(places(&fast), places(&every), "{query:?}");
         }
     }

@@ -28,7 +28,25 @@ pub fn tracked_files(workspace: &Path) -> Result<Vec<Tracked>, TrackedError> {
     Ok(files)
 }
 
+/// The files under `workspace` with the sizes git's index recorded for them, sorted; `None`
+/// outside a git repository. No file is stat'ed: a size is as of the last time git looked at
+/// the file (a file changed since may differ), good enough to order and sample a scan that
+/// reads each file as it is now, and free, where stat'ing the Linux kernel's 78k files takes a
+/// few hundred milliseconds.
+pub fn tracked_with_git_sizes(workspace: &Path) -> Result<Option<Vec<(Tracked, u64)>>, TrackedError> {
+    let Ok(repo) = git2::Repository::discover(workspace) else { return Ok(None) };
+    let mut files = entries(&repo, workspace)?;
+    files.retain(|(f, _)| !f.rel.starts_with(".gm/") && !f.rel.starts_with(".git/"));
+    files.sort();
+    Ok(Some(files))
+}
+
 fn from_git(repo: &git2::Repository, workspace: &Path) -> Result<Vec<Tracked>, TrackedError> {
+    Ok(entries(repo, workspace)?.into_iter().map(|(t, _)| t).collect())
+}
+
+/// git's index entries under `workspace` (submodules left out), with their recorded sizes.
+fn entries(repo: &git2::Repository, workspace: &Path) -> Result<Vec<(Tracked, u64)>, TrackedError> {
     let err = |e: git2::Error| TrackedError::Git { path: workspace.to_owned(), message: e.message().to_owned() };
     let root = repo.workdir().ok_or_else(|| err(git2::Error::from_str("a bare repository has no files")))?;
     let root = root.canonicalize().unwrap_or_else(|_| root.to_owned());
@@ -43,9 +61,9 @@ fn from_git(repo: &git2::Repository, workspace: &Path) -> Result<Vec<Tracked>, T
             continue;
         }
         let Some(rel) = full.strip_prefix(prefix.as_str()) else { continue };
-        out.push(Tracked { rel: rel.to_owned(), path: root.join(full) });
+        out.push((Tracked { rel: rel.to_owned(), path: root.join(full) }, u64::from(entry.file_size)));
     }
-    out.dedup_by(|a, b| a.rel == b.rel);
+    out.dedup_by(|a, b| a.0.rel == b.0.rel);
     Ok(out)
 }
 

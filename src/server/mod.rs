@@ -253,7 +253,7 @@ impl Server {
                         Err(e) => Reply::Now(Some(jsonrpc::error(&id, &e))),
                     };
                 }
-                if let Some(later) = self.later_request(&id, &method, &params) {
+                if let Some(later) = self.later_request(&id, &method) {
                     return Reply::Later(later);
                 }
                 let reply = match self.on_request(&method, params) {
@@ -302,7 +302,32 @@ impl Actor for Server {
     fn started(&mut self, ctx: &mut Context<Self>) {
         // Bodies of this session ask their user through it.
         self.session.run.consent = Some(ctx.address().recipient());
+        // run_code's description names the child servers' tools and those still starting:
+        // when that changes, the host is told to list the tools again.
+        if self.conn.surface == surface::Surface::Code {
+            let changes = self.app.ctx.children.offered_changes();
+            let stream = futures::stream::unfold(changes, |mut rx| async move {
+                rx.changed().await.ok()?;
+                Some((ToolsChanged, rx))
+            });
+            ctx.add_stream(stream);
+        }
     }
+}
+
+/// The child tools offered (or the servers still starting) changed.
+struct ToolsChanged;
+
+impl StreamHandler<ToolsChanged> for Server {
+    fn handle(&mut self, _: ToolsChanged, _: &mut Context<Self>) {
+        // Before initialize the host has not listed anything; after the end nobody listens.
+        if self.session.protocol.is_some() && self.session.ending.is_none() {
+            self.send(json!({ "jsonrpc": "2.0", "method": "notifications/tools/list_changed" }));
+        }
+    }
+
+    // The stream ends with the worker's Children: the session goes on.
+    fn finished(&mut self, _: &mut Context<Self>) {}
 }
 
 impl Server {

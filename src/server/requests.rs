@@ -23,9 +23,8 @@ const PROMPTS: &[(&str, &str, &str, &str)] = &[
 ];
 
 impl Server {
-    /// The requests that answer later: on the code surface, tools/list waits until every child
-    /// server has started or failed, since run_code's description names their tools.
-    pub(super) fn later_request(&self, id: &Value, method: &str, params: &Value) -> Option<Later> {
+    /// The requests that answer later: a ping, once the log has caught up.
+    pub(super) fn later_request(&self, id: &Value, method: &str) -> Option<Later> {
         if method == "ping" {
             // A ping answers once the log file holds every event sent before it, so a client
             // (a test, a host about to read the log) can wait for the log to catch up.
@@ -38,22 +37,7 @@ impl Server {
             };
             return Some(Later { future: Box::pin(future), call: None });
         }
-        if method != "tools/list" || self.conn.surface != Surface::Code {
-            return None;
-        }
-        let (app, conn, id, params) = (self.app.clone(), self.conn.clone(), id.clone(), params.clone());
-        let future = async move {
-            app.ctx.children.ready().await;
-            let tools = surface::tools(conn.surface, &app.ctx.children.tools());
-            let reply = match page(tools, &params, conn.page_size) {
-                Ok((tools, next_cursor)) => {
-                    jsonrpc::result(&id, mcp::to_value(&mcp::ListToolsResult { tools, next_cursor }))
-                }
-                Err(e) => jsonrpc::error(&id, &e),
-            };
-            Some(reply.to_string())
-        };
-        Some(Later { future: Box::pin(future), call: None })
+        None
     }
 
     pub(super) fn on_request(&mut self, method: &str, params: Value) -> Result<Value, RpcError> {
@@ -83,8 +67,14 @@ impl Server {
             }),
             "ping" | "logging/setLevel" => Ok(json!({})),
             "tools/list" => {
-                // The tools surface has no child tools to wait for.
-                let tools = surface::tools(self.conn.surface, &[]);
+                // Answered at once: run_code's description names the child tools offered now
+                // and the servers still starting; the host hears tools/list_changed when that
+                // changes.
+                let offered = match self.conn.surface {
+                    Surface::Code => self.app.ctx.children.offered(),
+                    Surface::Tools => Default::default(),
+                };
+                let tools = surface::tools(self.conn.surface, &offered);
                 let (tools, next_cursor) = page(tools, &params, self.conn.page_size)?;
                 ok(&mcp::ListToolsResult { tools, next_cursor })
             }

@@ -6,16 +6,16 @@
 
 use serde_json::json;
 
-use crate::children::ChildTool;
+use crate::children::Offered;
 use crate::protocol::mcp;
 use crate::run::{loop_tool, loop_tools, LoopTool};
 use crate::verbs::{self, Effect, Traits};
 
 pub use crate::app::Surface;
 
-/// The tool definitions of a surface, in order. `children` are the child servers' tools, which
-/// the code surface's run_code names.
-pub fn tools(surface: Surface, children: &[ChildTool]) -> Vec<mcp::Tool> {
+/// The tool definitions of a surface, in order. `children` are the child servers' tools and
+/// those still starting, which the code surface's run_code names.
+pub fn tools(surface: Surface, children: &Offered) -> Vec<mcp::Tool> {
     let def = |t: &LoopTool| mcp::Tool {
         name: t.name.to_owned(),
         description: (t.description)(children),

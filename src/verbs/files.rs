@@ -39,7 +39,14 @@ pub struct ReadFileReply {
     /// First and last line in `content` (1-based; endLine < startLine when empty).
     pub start_line: usize,
     pub end_line: usize,
-    pub total_lines: usize,
+    /// The file's line count, when it is known without reading the whole file: always for a
+    /// file up to 16 MiB, for a bigger one once a page has reached its end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total_lines: Option<usize>,
+    /// Set instead of `totalLines` when the line count is not known: the file goes on past
+    /// this page (`next` is where).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub more: bool,
     pub bytes: u64,
     /// The `offset` of the next page, absent when this page reaches the end.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -100,13 +107,18 @@ fn large_page(path: &Path, offset: usize, limit: usize) -> Result<ReadFileReply,
     })?;
     let content =
         String::from_utf8(p.bytes).map_err(|_| VerbError::NotText { path: path.to_owned(), size: p.file_bytes })?;
-    let next = (p.end_line < p.total_lines).then_some(p.end_line + 1);
+    // Without a count the page stopped before the end of the file: there is a next page.
+    let next = match p.total_lines {
+        Some(total) => (p.end_line < total).then_some(p.end_line + 1),
+        None => Some(p.end_line + 1),
+    };
     Ok(ReadFileReply {
         path: path.to_string_lossy().into_owned(),
         content,
         start_line: p.start_line,
         end_line: p.end_line,
         total_lines: p.total_lines,
+        more: p.total_lines.is_none(),
         bytes: p.file_bytes,
         next,
     })
@@ -144,7 +156,16 @@ fn page(path: String, text: &str, offset: usize, limit: usize) -> ReadFileReply 
         end_line += 1;
     }
     let next = (end_line < total_lines).then_some(end_line + 1);
-    ReadFileReply { path, content, start_line: offset, end_line, total_lines, bytes: text.len() as u64, next }
+    ReadFileReply {
+        path,
+        content,
+        start_line: offset,
+        end_line,
+        total_lines: Some(total_lines),
+        more: false,
+        bytes: text.len() as u64,
+        next,
+    }
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -456,7 +477,10 @@ mod tests {
     #[test]
     fn a_page_stops_at_its_limit_and_names_the_next_line() {
         let r = page("f".into(), "a\nb\nc\n", 2, 1);
-        assert_eq!((r.content.as_str(), r.start_line, r.end_line, r.total_lines, r.next), ("b\n", 2, 2, 3, Some(3)));
+        assert_eq!(
+            (r.content.as_str(), r.start_line, r.end_line, r.total_lines, r.next),
+            ("b\n", 2, 2, Some(3), Some(3))
+        );
         let r = page("f".into(), "a\nb\nc", 3, 10);
         assert_eq!((r.content.as_str(), r.next), ("c", None));
     }
@@ -464,7 +488,7 @@ mod tests {
     #[test]
     fn a_page_past_the_end_is_empty() {
         let r = page("f".into(), "a\n", 5, 10);
-        assert_eq!((r.content.as_str(), r.next, r.total_lines), ("", None, 1));
+        assert_eq!((r.content.as_str(), r.next, r.total_lines), ("", None, Some(1)));
     }
 
     #[test]

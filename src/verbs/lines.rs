@@ -1,10 +1,13 @@
 //! Pages of a large text file by line number, read without holding the file in memory.
 //!
-//! The first page of a file scans it once, counting its lines and noting where every
-//! `STRIDE`th line starts; that line index is kept (for a few files, keyed by device, inode,
-//! size and modification time, so any change to the file rebuilds it) and a later page seeks
-//! to the nearest noted line and reads only from there. Memory stays at one read buffer plus
-//! the page, whatever the file's size.
+//! A page reads the file from the top (or from the nearest line start noted before) only as
+//! far as the page needs, noting where every `STRIDE`th line starts on the way; those notes are
+//! kept (for a few files, keyed by device, inode, size and modification time, so any change to
+//! the file starts over) and a later page seeks to the nearest noted line and reads only from
+//! there. A file up to [`COUNT_WHOLE_MAX`] is read to its end once, so its pages know its
+//! line count; a bigger one learns it only when a page reaches its end (the first page of a
+//! 2 GB log reads a megabyte, not 2 GB). Memory stays at one read buffer plus the page,
+//! whatever the file's size.
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
@@ -18,6 +21,10 @@ const KEPT: usize = 8;
 const CHUNK: usize = 1 << 20;
 /// The longest single line a page holds; a longer one is refused rather than read into memory.
 pub const MAX_LINE_BYTES: usize = 16 << 20;
+/// Files up to this size are read to their end by their first page, so every page can say how
+/// many lines they have (16 MiB is a few milliseconds of reading); bigger ones are read only
+/// as far as a page needs.
+pub const COUNT_WHOLE_MAX: u64 = 16 << 20;
 
 /// One page of lines.
 #[derive(Debug, PartialEq)]
@@ -27,7 +34,9 @@ pub struct Page {
     /// The first and last line in the page, 1-based; `end_line < start_line` when empty.
     pub start_line: usize,
     pub end_line: usize,
-    pub total_lines: usize,
+    /// The file's line count, when known: a file up to [`COUNT_WHOLE_MAX`], or a page that
+    /// reached (or a page before that reached) the end of this version of the file.
+    pub total_lines: Option<usize>,
     pub file_bytes: u64,
 }
 
@@ -39,9 +48,10 @@ pub enum PageError {
     LineTooLong { line: usize },
 }
 
-/// Where lines start in one version of a file.
+/// Where lines start in one version of a file, as far as pages have read it.
 struct LineIndex {
-    total_lines: usize,
+    /// Known once a page has read to the end of the file.
+    total_lines: Option<usize>,
     /// `starts[k]` is the byte offset of line `k * STRIDE + 1`.
     starts: Vec<u64>,
 }
@@ -92,44 +102,54 @@ pub fn page(path: &Path, offset: usize, limit: usize, max_bytes: usize) -> Resul
         .ok()
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map_or(0, |d| d.as_nanos() as i128);
-    let version = Version { dev, ino, size: meta.len(), mtime_ns };
+    let size = meta.len();
+    let version = Version { dev, ino, size, mtime_ns };
     let known = cached(&version);
-    // With an index, start at the noted line at or before `offset`; without one, at the top.
-    let (first_line, start_byte) = match &known {
-        Some(index) => {
-            let k = ((offset - 1) / STRIDE).min(index.starts.len().saturating_sub(1));
-            (k * STRIDE + 1, index.starts.get(k).copied().unwrap_or(0))
-        }
+    let known_total = known.as_ref().and_then(|k| k.total_lines);
+    let noted = known.as_ref().map(|k| k.starts.clone()).unwrap_or_default();
+    // Start at the noted line at or before `offset`; with none noted, at the top.
+    let k = ((offset - 1) / STRIDE).min(noted.len().saturating_sub(1));
+    let (first_line, start_byte) = match noted.get(k) {
+        Some(&at) => (k * STRIDE + 1, at),
         None => (1, 0),
     };
+    // A small file is read to its end so that its line count is known; a big one only as
+    // far as the page needs.
+    let to_the_end = known_total.is_none() && size <= COUNT_WHOLE_MAX;
     file.seek(SeekFrom::Start(start_byte))?;
-    let mut scan = Scan::new(offset, limit, max_bytes, first_line, known.is_none());
+    let noted_before = noted.len();
+    let mut scan = Scan::new(offset, limit, max_bytes, first_line, noted);
     let mut buf = vec![0u8; CHUNK];
     let mut pos = start_byte;
+    let mut at_end = false;
     loop {
+        // Past the page's last byte with more of the file left: there are more lines.
+        if scan.page_done && !to_the_end && pos < size {
+            break;
+        }
         let n = match file.read(&mut buf) {
-            Ok(0) => break,
+            Ok(0) => {
+                at_end = true;
+                break;
+            }
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e.into()),
         };
         scan.feed(&buf[..n], pos)?;
         pos += n as u64;
-        if known.is_some() && scan.page_done {
-            break;
-        }
     }
-    scan.finish();
-    let total_lines = match &known {
-        Some(index) => index.total_lines,
-        None => {
-            let total = scan.line - 1;
-            keep(version, Arc::new(LineIndex { total_lines: total, starts: std::mem::take(&mut scan.starts) }));
-            total
-        }
+    let total_lines = if at_end {
+        scan.finish();
+        Some(scan.line - 1)
+    } else {
+        known_total
     };
+    if known_total.is_none() && (total_lines.is_some() || scan.starts.len() > noted_before) {
+        keep(version, Arc::new(LineIndex { total_lines, starts: std::mem::take(&mut scan.starts) }));
+    }
     let end_line = offset + scan.page_lines - 1;
-    Ok(Page { bytes: scan.page, start_line: offset, end_line, total_lines, file_bytes: meta.len() })
+    Ok(Page { bytes: scan.page, start_line: offset, end_line, total_lines, file_bytes: size })
 }
 
 /// The state of one pass over a file.
@@ -146,13 +166,13 @@ struct Scan {
     page: Vec<u8>,
     page_lines: usize,
     page_done: bool,
-    /// Noting line starts (the first pass over this version of the file).
-    noting: bool,
+    /// Where every `STRIDE`th line starts, as far as this version of the file has been read
+    /// (by earlier pages, then by this one).
     starts: Vec<u64>,
 }
 
 impl Scan {
-    fn new(offset: usize, limit: usize, max_bytes: usize, first_line: usize, noting: bool) -> Self {
+    fn new(offset: usize, limit: usize, max_bytes: usize, first_line: usize, starts: Vec<u64>) -> Self {
         Self {
             offset,
             limit,
@@ -163,8 +183,7 @@ impl Scan {
             page: Vec::new(),
             page_lines: 0,
             page_done: false,
-            noting,
-            starts: Vec::new(),
+            starts,
         }
     }
 
@@ -195,7 +214,9 @@ impl Scan {
     }
 
     fn line_starts_at(&mut self, at: u64) {
-        if self.noting && self.at_line_start && (self.line - 1) % STRIDE == 0 {
+        // Only the next start not noted yet: a pass that began at a noted line sees the ones
+        // before it again.
+        if self.at_line_start && (self.line - 1) % STRIDE == 0 && (self.line - 1) / STRIDE == self.starts.len() {
             self.starts.push(at);
         }
     }
@@ -281,13 +302,34 @@ mod tests {
                     let p = page(&path, offset, limit, max).expect("page");
                     let (content, end, total) = expected(&text, offset, limit, max);
                     assert_eq!(String::from_utf8(p.bytes).expect("utf8"), content, "{name} {offset} {limit} {pass}");
-                    assert_eq!((p.end_line, p.total_lines), (end, total), "{name} {offset} {limit} {pass}");
+                    assert_eq!((p.end_line, p.total_lines), (end, Some(total)), "{name} {offset} {limit} {pass}");
                 }
             }
             // A changed file is read again, not from the old index.
             let changed = format!("{text}more\n");
             std::fs::write(&path, &changed).expect("append");
-            assert_eq!(page(&path, 1, 1, 1 << 20).expect("page").total_lines, expected(&changed, 1, 1, 1).2, "{name}");
+            let total = page(&path, 1, 1, 1 << 20).expect("page").total_lines;
+            assert_eq!(total, Some(expected(&changed, 1, 1, 1).2), "{name}");
         }
+    }
+
+    #[test]
+    fn a_big_file_is_read_only_as_far_as_its_pages_go_until_one_reaches_its_end() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("big.log");
+        let lines: Vec<String> = (0..STRIDE * 90).map(|i| format!("line {i:08}\n")).collect();
+        let text = lines.concat();
+        assert!(text.len() as u64 > COUNT_WHOLE_MAX);
+        std::fs::write(&path, &text).expect("write");
+        let first = page(&path, 1, 2, 1 << 20).expect("page");
+        assert_eq!((first.bytes.as_slice(), first.total_lines), (b"line 00000000\nline 00000001\n".as_slice(), None));
+        // Further in: from the nearest line noted on the way, still without a count.
+        let middle = page(&path, STRIDE * 40 + 3, 1, 1 << 20).expect("page");
+        assert_eq!(String::from_utf8(middle.bytes).expect("utf8"), lines[STRIDE * 40 + 2]);
+        assert_eq!(middle.total_lines, None);
+        // A page that reaches the end learns the count, and later pages know it.
+        let last = page(&path, STRIDE * 90, 5, 1 << 20).expect("page");
+        assert_eq!((last.end_line, last.total_lines), (STRIDE * 90, Some(STRIDE * 90)));
+        assert_eq!(page(&path, 1, 1, 1 << 20).expect("page").total_lines, Some(STRIDE * 90));
     }
 }

@@ -2,7 +2,13 @@
 //! plus git's directory (non-recursive: `index`, `HEAD`) and the cookie directory.
 //!
 //! Only events that mean a change are asked for (no `IN_OPEN`/`IN_ACCESS`): reads by grep and
-//! search would otherwise flood the queue, which holds 16384 events by default.
+//! search would otherwise flood the queue, which holds 16384 events by default. When it
+//! overflows anyway, the tree is walked again: a directory made while events were lost is
+//! watched then (adding a watch a directory already has is harmless: it keeps its descriptor).
+//!
+//! A directory refused a watch (EACCES: no read permission, a FUSE mount of another user) is
+//! reported and skipped, with everything under it; only the watch limit (ENOSPC) or a failure
+//! of inotify itself stops the watcher.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -11,7 +17,7 @@ use std::sync::Arc;
 
 use inotify::{EventMask, Inotify, WatchMask, Watches};
 
-use super::{is_tracked_marker, relative, Layout, Sink};
+use super::{is_tracked_marker, relative, Layout, Sink, Unwatched};
 
 /// What a watch descriptor stands for.
 enum Target {
@@ -26,6 +32,10 @@ struct Tree<'a> {
     targets: HashMap<i32, Target>,
     repo: Option<git2::Repository>,
     sink: Arc<dyn Sink>,
+    /// Directories refused a watch: nothing under them is tried again, until one is made anew.
+    refused: Vec<PathBuf>,
+    /// The queue overflowed in the batch being handled: walk the tree once the batch is done.
+    overflowed: bool,
 }
 
 fn dir_mask() -> WatchMask {
@@ -48,6 +58,8 @@ pub(super) fn run(layout: &Layout, sink: Arc<dyn Sink>, ready: impl FnOnce(&'sta
         targets: HashMap::new(),
         repo: git2::Repository::discover(&layout.workspace).ok(),
         sink,
+        refused: Vec::new(),
+        overflowed: false,
     };
     let cookies = tree
         .watches
@@ -69,6 +81,11 @@ pub(super) fn run(layout: &Layout, sink: Arc<dyn Sink>, ready: impl FnOnce(&'sta
         let events = inotify.read_events_blocking(&mut buffer).map_err(|e| format!("reading inotify events: {e}"))?;
         for event in events {
             tree.on_event(event.wd.get_watch_descriptor_id(), event.mask, event.name)?;
+        }
+        if tree.overflowed {
+            // Directories made while events were lost have no watch yet.
+            tree.overflowed = false;
+            tree.watch_tree(&root, false)?;
         }
     }
 }
@@ -104,23 +121,50 @@ impl Tree<'_> {
             .build();
         for entry in walker.filter_map(Result::ok) {
             let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
+            let path = entry.path();
+            if self.refused.iter().any(|r| path.starts_with(r) && path != r) {
+                continue;
+            }
             if is_dir {
-                match self.watches.add(entry.path(), dir_mask()) {
+                match self.watches.add(path, dir_mask()) {
                     Ok(wd) => {
-                        self.targets.insert(wd.get_watch_descriptor_id(), Target::Dir(entry.path().to_owned()));
+                        self.targets.insert(wd.get_watch_descriptor_id(), Target::Dir(path.to_owned()));
+                        if let Some(at) = self.refused.iter().position(|r| r == path) {
+                            // Made again since, and watchable this time.
+                            self.refused.remove(at);
+                            if let Some(rel) = relative(&self.layout.workspace, path) {
+                                self.sink.rewatched(&rel);
+                            }
+                        }
                     }
                     // Gone again before it could be watched: its parent's events cover it.
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(watch_error(entry.path(), &e)),
+                    // The watch limit holds for every directory, and without the workspace's own
+                    // watch nothing is: watching stops.
+                    Err(e) if e.kind() == std::io::ErrorKind::StorageFull || path == self.layout.workspace => {
+                        return Err(watch_error(path, &e))
+                    }
+                    // This directory alone: it is skipped, and readers check it themselves.
+                    Err(e) => self.refuse(path, &e),
                 }
             }
             if report {
-                if let Some(rel) = relative(&self.layout.workspace, entry.path()) {
+                if let Some(rel) = relative(&self.layout.workspace, path) {
                     self.sink.changed(rel);
                 }
             }
         }
         Ok(())
+    }
+
+    fn refuse(&mut self, dir: &Path, e: &std::io::Error) {
+        if self.refused.iter().any(|r| r == dir) {
+            return;
+        }
+        self.refused.push(dir.to_owned());
+        if let Some(rel) = relative(&self.layout.workspace, dir) {
+            self.sink.unwatched(Unwatched { dir: rel, why: watch_error(dir, e) });
+        }
     }
 
     fn ignored(&self, path: &Path) -> bool {
@@ -138,6 +182,7 @@ impl Tree<'_> {
     fn on_event(&mut self, wd: i32, mask: EventMask, name: Option<&OsStr>) -> Result<(), String> {
         if mask.contains(EventMask::Q_OVERFLOW) {
             self.sink.overflowed();
+            self.overflowed = true;
             return Ok(());
         }
         if mask.contains(EventMask::IGNORED) {

@@ -11,7 +11,14 @@
 //! change has been seen too.
 //!
 //! When the watcher cannot work (no backend, the watch limit reached, an error, turned off
-//! with `GM_WATCH=0`), `changes` says so and readers fall back to stat-based rescans.
+//! with `GM_WATCH=0`), `changes` says so and readers fall back to stat-based rescans. A
+//! directory that alone cannot be watched (EACCES, a FUSE mount) does not stop the rest: it is
+//! named in every [`Dirty::unwatched`], and readers check what they know under it by size and
+//! modification time at each call.
+//!
+//! When the kernel's queue overflows, events were lost: readers are told to rescan everything
+//! ([`Dirty::all`]), and the backend walks the tree again, so that directories made while the
+//! events were lost are watched from then on.
 //!
 //! Backends: inotify on Linux (`linux.rs`: one watch per directory, skipping what git
 //! ignores, and without the open events the `notify` crate also asks for: every file a grep
@@ -44,11 +51,29 @@ pub struct Dirty {
     pub tracked: bool,
     /// Events were lost (the kernel's queue overflowed): only a full rescan is right.
     pub all: bool,
+    /// Workspace-relative directories the watcher could not watch (it was refused a watch on
+    /// them): their changes are not in `paths`, so a reader checks the files it knows under
+    /// them itself. Given at every call, not only once.
+    pub unwatched: BTreeSet<String>,
 }
 
 impl Dirty {
     pub fn is_empty(&self) -> bool {
-        self.paths.is_empty() && !self.tracked && !self.all
+        self.paths.is_empty() && !self.tracked && !self.all && self.unwatched.is_empty()
+    }
+
+    /// Whether anything changed (the directories the watcher cannot watch aside).
+    pub fn changed(&self) -> bool {
+        !self.paths.is_empty() || self.tracked || self.all
+    }
+
+    /// Adds `later`'s changes to these: what a reader that held on to its changes still has
+    /// to bring up to date.
+    pub fn merge(&mut self, later: Dirty) {
+        self.paths.extend(later.paths);
+        self.tracked |= later.tracked;
+        self.all |= later.all;
+        self.unwatched = later.unwatched;
     }
 }
 
@@ -64,8 +89,26 @@ pub enum Changes {
 /// How the watcher is doing, for the `watch` log event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Status {
-    Watching { backend: &'static str, dirs: u64, ms: u64 },
-    Failed { why: String },
+    /// The first watches are in place; `unwatched` are the directories it was refused.
+    Watching {
+        backend: &'static str,
+        dirs: u64,
+        ms: u64,
+        unwatched: Vec<Unwatched>,
+    },
+    /// A directory made later could not be watched; the rest still is.
+    Skipped(Unwatched),
+    Failed {
+        why: String,
+    },
+}
+
+/// A directory the watcher was refused a watch on, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unwatched {
+    /// Relative to the workspace, with `/`.
+    pub dir: String,
+    pub why: String,
 }
 
 /// Which backend watches: the platform's own (inotify on Linux) or the `notify` crate's.
@@ -105,10 +148,12 @@ struct Shared {
 struct State {
     ready: bool,
     failed: Option<String>,
-    /// A status not reported yet.
-    unreported: Option<Status>,
+    /// Statuses not reported yet, in order.
+    unreported: Vec<Status>,
     subscribers: Vec<Dirty>,
     cookies_seen: HashSet<u64>,
+    /// Directories the backend was refused a watch on, by relative path.
+    unwatched: BTreeSet<String>,
 }
 
 /// What a backend reports, in the order its events came.
@@ -117,6 +162,10 @@ pub(crate) trait Sink: Send + Sync {
     fn tracked_changed(&self);
     fn overflowed(&self);
     fn cookie(&self, name: &str);
+    /// A directory could not be watched (and is not under one already reported).
+    fn unwatched(&self, dir: Unwatched);
+    /// A directory reported unwatched is watched now (it was made again).
+    fn rewatched(&self, rel: &str);
 }
 
 /// Where a backend finds things: the workspace, git's directory, the cookies.
@@ -178,7 +227,8 @@ impl Watcher {
             let layout = Layout { workspace, git_dir, cookie_dir, state_dir };
             let sink: Arc<dyn Sink> = shared.clone();
             let ready = |backend: &'static str, dirs: u64| {
-                shared.set_ready(Status::Watching { backend, dirs, ms: started.elapsed().as_millis() as u64 });
+                let ms = started.elapsed().as_millis() as u64;
+                shared.set_ready(|unwatched| Status::Watching { backend, dirs, ms, unwatched });
             };
             let outcome = if portable { portable::run(&layout, sink, ready) } else { run_native(&layout, sink, ready) };
             if let Err(why) = outcome {
@@ -223,7 +273,40 @@ fn run_native(layout: &Layout, sink: Arc<dyn Sink>, ready: impl FnOnce(&'static 
     portable::run(layout, sink, ready)
 }
 
+/// A way to wait until the watcher's first watches are in place, without taking anyone's
+/// changes (for a thread that scans the tree and must not start before then).
+#[derive(Clone)]
+pub struct Readiness {
+    shared: Arc<Shared>,
+}
+
+impl Readiness {
+    /// Waits until the first watches are in place (or the watcher failed); true when watching.
+    pub fn wait(&self) -> bool {
+        let deadline = Instant::now() + READY_WAIT;
+        let mut state = self.shared.lock();
+        while !state.ready && state.failed.is_none() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            state = self.shared.cond.wait_timeout(state, left).map(|(s, _)| s).unwrap_or_else(|e| e.into_inner().0);
+        }
+        state.failed.is_none()
+    }
+
+    /// Whether the watcher failed (or is off), without waiting.
+    pub fn failed(&self) -> bool {
+        self.shared.lock().failed.is_some()
+    }
+}
+
 impl Subscription {
+    /// See [`Readiness`].
+    pub fn readiness(&self) -> Readiness {
+        Readiness { shared: self.shared.clone() }
+    }
+
     /// Everything that changed since this subscriber last asked, including every change made
     /// before this call. Blocks for the round trip of one cookie (tens of microseconds), or
     /// until the first watches are in place.
@@ -238,10 +321,10 @@ impl Subscription {
             }
             state = shared.cond.wait_timeout(state, left).map(|(s, _)| s).unwrap_or_else(|e| e.into_inner().0);
         }
-        let unreported = state.unreported.take();
+        let unreported = std::mem::take(&mut state.unreported);
         let failed = state.failed.clone();
         drop(state);
-        if let Some(status) = unreported {
+        for status in unreported {
             shared.report(status);
         }
         if let Some(why) = failed {
@@ -261,8 +344,9 @@ impl Subscription {
         if !seen {
             return Changes::Unwatched("the watcher's events are late".into());
         }
+        let unwatched = state.unwatched.clone();
         match state.subscribers.get_mut(self.id) {
-            Some(dirty) => Changes::Watched(std::mem::take(dirty)),
+            Some(dirty) => Changes::Watched(Dirty { unwatched, ..std::mem::take(dirty) }),
             None => Changes::Unwatched("no such subscriber".into()),
         }
     }
@@ -274,10 +358,19 @@ impl Shared {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn set_ready(&self, status: Status) {
+    /// The first watches are in place: the status says which directories were refused.
+    fn set_ready(&self, status: impl FnOnce(Vec<Unwatched>) -> Status) {
         let mut state = self.lock();
         state.ready = true;
-        state.unreported = Some(status);
+        // Those found during the first walk are in the ready status, not each on its own.
+        let skipped: Vec<Unwatched> = std::mem::take(&mut state.unreported)
+            .into_iter()
+            .filter_map(|s| match s {
+                Status::Skipped(u) => Some(u),
+                _ => None,
+            })
+            .collect();
+        state.unreported.push(status(skipped));
         drop(state);
         self.cond.notify_all();
     }
@@ -286,7 +379,7 @@ impl Shared {
         let mut state = self.lock();
         if state.failed.is_none() {
             state.failed = Some(why.clone());
-            state.unreported = Some(Status::Failed { why });
+            state.unreported.push(Status::Failed { why });
         }
         drop(state);
         self.cond.notify_all();
@@ -335,6 +428,21 @@ impl Sink for Shared {
         self.each(|d| d.all = true);
     }
 
+    fn unwatched(&self, dir: Unwatched) {
+        let mut state = self.lock();
+        // A reader that asked before may have stale lines from it: its files are checked
+        // from now on, and once now by their directory.
+        for d in state.subscribers.iter_mut() {
+            d.paths.insert(dir.dir.clone());
+        }
+        state.unwatched.insert(dir.dir.clone());
+        state.unreported.push(Status::Skipped(dir));
+    }
+
+    fn rewatched(&self, rel: &str) {
+        self.lock().unwatched.remove(rel);
+    }
+
     fn cookie(&self, name: &str) {
         let Some((pid, n)) = name.split_once('-') else { return };
         if pid != std::process::id().to_string() {
@@ -352,6 +460,18 @@ pub(crate) fn relative(workspace: &Path, path: &Path) -> Option<String> {
     let rel = path.strip_prefix(workspace).ok()?;
     let rel = rel.to_string_lossy().replace('\\', "/");
     (!rel.is_empty()).then_some(rel)
+}
+
+/// The files under the workspace-relative directory `dir` that `.gitignore` does not exclude,
+/// relative to the workspace: what a reader lists in a directory the watcher could not watch.
+pub fn files_under<'a>(workspace: &'a Path, dir: &str) -> impl Iterator<Item = String> + 'a {
+    ignore::WalkBuilder::new(workspace.join(dir))
+        .hidden(false)
+        .require_git(false)
+        .build()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_some_and(|t| t.is_file()))
+        .filter_map(move |e| relative(workspace, e.path()))
 }
 
 /// Whether git's directory holds the file `name` that says the tracked set changed.

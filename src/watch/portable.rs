@@ -40,6 +40,9 @@ pub(super) fn run(layout: &Layout, sink: Arc<dyn Sink>, ready: impl FnOnce(&'sta
         let event = event.map_err(|e| format!("the file watcher failed: {e}"))?;
         if event.flag() == Some(Flag::Rescan) {
             sink.overflowed();
+            // Events were lost, among them maybe a new directory's: watch the tree again (a
+            // directory watched already keeps its watch).
+            let _ = watcher.watch(&workspace, RecursiveMode::Recursive);
             continue;
         }
         if matches!(event.kind, EventKind::Access(_)) {

@@ -1,18 +1,21 @@
-//! One stdio connection to a child MCP server: the process, a writer any thread may use, a
-//! reader thread that routes replies by id, and the table of calls waiting for them.
+//! One stdio connection to a child MCP server: the process, a writer thread that owns its
+//! stdin, a reader thread that routes replies by id, and the table of calls waiting for them.
 //!
 //! Shaped after helix-lsp's transport: when the child's stdout ends (it exited, crashed or
 //! closed it), every call still waiting is failed at once with the server's name, how it
 //! ended and the last lines of its stderr — a dead child never hangs a call.
 //!
-//! Calls write their request line straight into the child's stdin from the calling thread and
-//! wait on a oneshot; the reader thread answers them, so a call costs one cross-thread wake-up
-//! on its way back and none on its way out.
+//! A call hands its request line to the writer thread and waits on a oneshot; the reader
+//! thread answers it. Nothing on the caller's thread writes to the pipe: a child that stops
+//! reading (its event loop blocked) fills the pipe's 64 KiB, and a write there would block the
+//! caller — a JS engine thread — before its timeout and cancel were armed. The writer blocks
+//! instead, and the call still times out or is cancelled on time.
 
 use std::collections::HashMap;
 use std::io::Write;
 use std::process::{Child, ChildStdin};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -63,9 +66,19 @@ pub type OnMessage = Box<dyn Fn(Value) + Send + Sync>;
 /// Called once when the child's stdout ends, with why.
 pub type OnClose = Box<dyn FnOnce(ConnError) + Send>;
 
+/// A line for the child's stdin; `id` is the request it carries, if it is one.
+struct Outgoing {
+    line: Vec<u8>,
+    id: Option<u64>,
+}
+
 pub struct Connection {
     server: String,
-    stdin: Mutex<Option<ChildStdin>>,
+    /// To the writer thread; taken when the child is stopped, which closes its stdin once the
+    /// lines before are written.
+    writer: Mutex<Option<mpsc::Sender<Outgoing>>>,
+    /// A write to the child's stdin failed: it closed it.
+    stdin_closed: Arc<AtomicBool>,
     pending: Arc<Mutex<Pending>>,
     next_id: AtomicU64,
     stderr: Arc<StderrTail>,
@@ -98,12 +111,28 @@ impl Connection {
         on_close: OnClose,
     ) -> Result<Arc<Self>, ConnError> {
         let spawn_err = |why: String| ConnError::Spawn { command: launch.command.clone(), why };
-        let Process { child, stdin, stdout, stderr, pgid } =
+        let Process { mut child, stdin, stdout, stderr, pgid } =
             Process::spawn(launch, Stderr::Tail).map_err(|e| spawn_err(e.to_string()))?;
+        let (to_writer, lines) = mpsc::channel::<Outgoing>();
+        let pending: Arc<Mutex<Pending>> = Arc::default();
+        let stdin_closed = Arc::new(AtomicBool::new(false));
+        if let Some(stdin) = stdin {
+            let (pending, closed, name) = (pending.clone(), stdin_closed.clone(), server.to_owned());
+            let spawned = std::thread::Builder::new()
+                .name(format!("gm-mcp-{server}-in"))
+                .spawn(move || write_stdin(stdin, &lines, &pending, &closed, &name));
+            if let Err(e) = spawned {
+                // No writer: the child must not run on unreachable.
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(spawn_err(e.to_string()));
+            }
+        }
         let conn = Arc::new(Self {
             server: server.to_owned(),
-            stdin: Mutex::new(stdin),
-            pending: Arc::default(),
+            writer: Mutex::new(Some(to_writer)),
+            stdin_closed,
+            pending,
             next_id: AtomicU64::new(1),
             stderr,
             child: Arc::new(Mutex::new(child)),
@@ -147,25 +176,23 @@ impl Connection {
         self.stderr.text()
     }
 
-    /// Writes one JSON-RPC message as a line.
-    fn write(&self, message: &Value) -> Result<(), ConnError> {
+    /// Hands one JSON-RPC message, as a line, to the writer thread; never blocks. `id` is the
+    /// request's, whose waiter the writer fails if the line cannot be written.
+    fn write(&self, message: &Value, id: Option<u64>) -> Result<(), ConnError> {
         let mut line = serde_json::to_vec(message).unwrap_or_default();
         line.push(b'\n');
-        let mut stdin = lock(&self.stdin);
-        let written = match stdin.as_mut() {
-            Some(s) => s.write_all(&line).and_then(|()| s.flush()).is_ok(),
-            None => false,
-        };
-        drop(stdin);
-        if written {
-            return Ok(());
+        let queued = !self.stdin_closed.load(Ordering::Acquire)
+            && lock(&self.writer).as_ref().is_some_and(|tx| tx.send(Outgoing { line, id }).is_ok());
+        if queued {
+            Ok(())
+        } else {
+            // The child closed its stdin, or it is being stopped.
+            Err(self.closed_now())
         }
-        // The child closed its stdin: it is ending. Its reader says how it ended.
-        Err(self.closed_reason(Duration::from_millis(500)))
     }
 
     pub fn notify(&self, method: &str, params: Value) -> Result<(), ConnError> {
-        self.write(&json!({ "jsonrpc": "2.0", "method": method, "params": params }))
+        self.write(&json!({ "jsonrpc": "2.0", "method": method, "params": params }), None)
     }
 
     /// Sends a request and waits for its reply, at most `timeout`. A request that times out or
@@ -186,9 +213,10 @@ impl Connection {
             }
             p.waiting.insert(id, tx);
         }
-        if let Err(e) = self.write(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params })) {
+        if self.write(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }), Some(id)).is_err() {
             lock(&self.pending).waiting.remove(&id);
-            return Err(e);
+            // Its reader says how it ended, in a moment.
+            return Err(self.closed_reason(Duration::from_millis(500)).await);
         }
         let withdraw = |reason: &str| {
             lock(&self.pending).waiting.remove(&id);
@@ -220,21 +248,26 @@ impl Connection {
     }
 
     /// Why the connection closed, waiting up to `wait` for the reader thread to say.
-    fn closed_reason(&self, wait: Duration) -> ConnError {
+    async fn closed_reason(&self, wait: Duration) -> ConnError {
         let until = Instant::now() + wait;
         loop {
             if let Some(why) = lock(&self.pending).closed.clone() {
                 return why;
             }
             if Instant::now() >= until {
-                return ConnError::Gone {
-                    server: self.server.clone(),
-                    how: "its stdin is closed".into(),
-                    stderr: self.stderr_tail(),
-                };
+                return self.closed_now();
             }
-            std::thread::sleep(Duration::from_millis(5));
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
+    }
+
+    /// Why the connection closed, as far as is known now.
+    fn closed_now(&self) -> ConnError {
+        lock(&self.pending).closed.clone().unwrap_or_else(|| ConnError::Gone {
+            server: self.server.clone(),
+            how: "its stdin is closed".into(),
+            stderr: self.stderr_tail(),
+        })
     }
 
     fn gone(&self, how: &str) -> ConnError {
@@ -245,10 +278,11 @@ impl Connection {
         })
     }
 
-    /// Stops the child: stdin closed, then SIGTERM to its process group after `grace`, then
-    /// SIGKILL after `grace` again. Blocks for at most twice `grace`.
+    /// Stops the child: stdin closed (once the lines queued before are written), then SIGTERM
+    /// to its process group after `grace`, then SIGKILL after `grace` again. Blocks for at most
+    /// twice `grace`.
     pub fn stop(&self, grace: Duration) {
-        lock(&self.stdin).take();
+        lock(&self.writer).take();
         let exited = |c: &Mutex<Child>| lock(c).try_wait().ok().flatten().is_some();
         let wait = |limit: Duration| {
             let until = Instant::now() + limit;
@@ -269,6 +303,40 @@ impl Connection {
         }
         // What the server left in its group goes with it.
         sys::kill_group(self.pgid);
+    }
+}
+
+/// The writer thread: writes the lines it is handed, in order, until the connection lets go
+/// of it (stdin is closed then) or a write fails (the child closed its stdin): the calls whose
+/// requests were not written are failed at once, not left to their timeout.
+fn write_stdin(
+    mut stdin: ChildStdin,
+    lines: &mpsc::Receiver<Outgoing>,
+    pending: &Mutex<Pending>,
+    closed: &AtomicBool,
+    server: &str,
+) {
+    let mut failed = false;
+    for out in lines {
+        if !failed && stdin.write_all(&out.line).and_then(|()| stdin.flush()).is_ok() {
+            continue;
+        }
+        if !failed {
+            failed = true;
+            closed.store(true, Ordering::Release);
+            // A child that closed its stdin is usually ending: its reader fails every waiting
+            // call with how it ended and its stderr. Give it a moment to say so.
+            let until = Instant::now() + Duration::from_millis(500);
+            while lock(pending).closed.is_none() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        let waiter = out.id.and_then(|id| lock(pending).waiting.remove(&id));
+        if let Some(w) = waiter {
+            let why =
+                ConnError::Gone { server: server.to_owned(), how: "its stdin is closed".into(), stderr: String::new() };
+            let _ = w.send(Err(why));
+        }
     }
 }
 
@@ -304,7 +372,7 @@ fn read_stdout(
                 json!({ "jsonrpc": "2.0", "id": id, "error": { "code": -32601, "message": format!("gm does not serve {method}") } })
             };
             if let Some(conn) = conn.upgrade() {
-                let _ = conn.write(&reply);
+                let _ = conn.write(&reply, None);
             }
             continue;
         }

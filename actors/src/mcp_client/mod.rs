@@ -2,6 +2,10 @@
 //! handshake, lists its tools (every page), keeps them current when the server says they
 //! changed, starts the server again when a call finds it gone, and stops it when gm exits.
 //!
+//! A server that could not be started (every attempt of one start failed) is started again by
+//! a later call, once a backoff has passed (1 s, doubling with each failed start up to a
+//! minute): calls before that are answered with the failure at once.
+//!
 //! The actor supervises; it is not on a call's path. [`Connect`] hands out the live
 //! [`Session`] (the connection and its tools), and calls go straight through the connection
 //! from whichever thread makes them.
@@ -28,6 +32,15 @@ pub const START_ATTEMPTS: usize = 3;
 const STOP_GRACE: Duration = Duration::from_millis(250);
 /// The most tools/list pages read from one server.
 const MAX_PAGES: usize = 1000;
+/// How long after a failed start a call may start the server again; doubled after each
+/// further failed start, up to [`MAX_RETRY_AFTER`].
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+
+/// The wait before the next start, after `failed` failed starts in a row.
+fn retry_after(failed: u32) -> Duration {
+    RETRY_AFTER.saturating_mul(1 << failed.saturating_sub(1).min(16)).min(MAX_RETRY_AFTER)
+}
 
 /// A child server, as gm starts it.
 #[derive(Debug, Clone)]
@@ -52,7 +65,7 @@ pub struct Session {
 
 /// Why a server could not be started.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("{server} did not start ({} attempt{}, startup budget {budget_ms} ms): {}", causes.len(), if causes.len() == 1 { "" } else { "s" }, causes.join("; "))]
+#[error("{server} did not start ({} attempt{}, startup budget {budget_ms} ms): {}{}", causes.len(), if causes.len() == 1 { "" } else { "s" }, causes.join("; "), retry_note(*.retry_in_ms))]
 pub struct StartFailure {
     pub server: String,
     /// Each attempt's cause, in order.
@@ -60,6 +73,16 @@ pub struct StartFailure {
     pub budget_ms: u64,
     /// The end of the last attempt's stderr.
     pub stderr: String,
+    /// When a call may start it again, from now (`None`: never, gm is stopping).
+    pub retry_in_ms: Option<u64>,
+}
+
+fn retry_note(retry_in_ms: Option<u64>) -> String {
+    match retry_in_ms {
+        Some(0) => "; the next call starts it again".into(),
+        Some(ms) => format!("; a call starts it again after {ms} ms"),
+        None => String::new(),
+    }
 }
 
 /// What happens to a server, for the log.
@@ -119,13 +142,19 @@ enum State {
     Idle,
     Starting,
     Ready(Arc<Session>),
-    Failed(StartFailure),
+    /// The last start failed; a call from `retry_at` on starts it again.
+    Failed {
+        failure: StartFailure,
+        retry_at: Instant,
+    },
     Stopped,
 }
 
 pub struct McpClient {
     spec: ServerSpec,
     state: State,
+    /// Starts that failed in a row, for the backoff.
+    failed_starts: u32,
     generation: u64,
     waiting: Vec<oneshot::Sender<Result<Arc<Session>, StartFailure>>>,
     events: Recipient<ClientEvent>,
@@ -133,7 +162,7 @@ pub struct McpClient {
 
 impl McpClient {
     pub fn new(spec: ServerSpec, events: Recipient<ClientEvent>) -> Self {
-        Self { spec, state: State::Idle, generation: 0, waiting: Vec::new(), events }
+        Self { spec, state: State::Idle, failed_starts: 0, generation: 0, waiting: Vec::new(), events }
     }
 
     fn start(&mut self, ctx: &mut Context<Self>) {
@@ -155,13 +184,17 @@ impl McpClient {
             let reply = match outcome {
                 Ok(session) => {
                     act.generation = session.generation;
+                    act.failed_starts = 0;
                     act.state = State::Ready(session.clone());
                     act.events.do_send(ClientEvent::Ready { server: act.spec.name.clone(), session: session.clone() });
                     Ok(session)
                 }
-                Err((failure, generation)) => {
+                Err((mut failure, generation)) => {
                     act.generation = generation;
-                    act.state = State::Failed(failure.clone());
+                    act.failed_starts += 1;
+                    let wait = retry_after(act.failed_starts);
+                    failure.retry_in_ms = Some(wait.as_millis() as u64);
+                    act.state = State::Failed { failure: failure.clone(), retry_at: Instant::now() + wait };
                     act.events.do_send(ClientEvent::Failed { failure: failure.clone() });
                     Err(failure)
                 }
@@ -224,8 +257,13 @@ async fn start(
             }
         }
     }
-    let failure =
-        StartFailure { server: spec.name.clone(), causes, budget_ms: spec.startup_timeout.as_millis() as u64, stderr };
+    let failure = StartFailure {
+        server: spec.name.clone(),
+        causes,
+        budget_ms: spec.startup_timeout.as_millis() as u64,
+        stderr,
+        retry_in_ms: None,
+    };
     Err((failure, generation))
 }
 
@@ -285,8 +323,9 @@ impl Handler<Connect> for McpClient {
                 let session = session.clone();
                 return Box::pin(async move { Ok(session) });
             }
-            State::Failed(failure) => {
-                let failure = failure.clone();
+            State::Failed { failure, retry_at } if Instant::now() < *retry_at => {
+                let mut failure = failure.clone();
+                failure.retry_in_ms = Some(retry_at.saturating_duration_since(Instant::now()).as_millis() as u64);
                 return Box::pin(async move { Err(failure) });
             }
             State::Stopped => {
@@ -295,11 +334,13 @@ impl Handler<Connect> for McpClient {
                     causes: vec!["gm is stopping".into()],
                     budget_ms: 0,
                     stderr: String::new(),
+                    retry_in_ms: None,
                 };
                 return Box::pin(async move { Err(failure) });
             }
-            // Not started yet, or started and gone since: start it (again).
-            State::Idle | State::Ready(_) => self.start(ctx),
+            // Not started yet, started and gone since, or failed long enough ago: start it
+            // (again).
+            State::Idle | State::Ready(_) | State::Failed { .. } => self.start(ctx),
             State::Starting => {}
         }
         let (tx, rx) = oneshot::channel();
@@ -312,6 +353,7 @@ impl Handler<Connect> for McpClient {
                     causes: vec!["its client went away".into()],
                     budget_ms: 0,
                     stderr: String::new(),
+                    retry_in_ms: None,
                 })
             })
         })

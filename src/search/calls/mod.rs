@@ -123,13 +123,28 @@ impl CallIndex {
     fn fresh(&mut self) -> Result<(usize, usize), String> {
         let changes = self.changes.changes();
         if let (Changes::Watched(dirty), Some(_)) = (&changes, self.scanned) {
-            if !dirty.all && !dirty.tracked {
-                if let Some(parsed) = self.update(&dirty.paths) {
+            if !dirty.all && !dirty.tracked && !self.new_file_under(&dirty.unwatched) {
+                // A directory the watcher could not watch stands for the files under it,
+                // which `update` checks by size and mtime.
+                let paths: BTreeSet<String> = dirty.paths.union(&dirty.unwatched).cloned().collect();
+                if let Some(parsed) = self.update(&paths) {
                     return Ok((parsed, self.source_files()));
                 }
             }
         }
         self.refresh()
+    }
+
+    /// Whether a directory the watcher could not watch holds a source file the cache does
+    /// not know, outside git (where a new file is covered at once): the file list is read again.
+    fn new_file_under(&self, dirs: &BTreeSet<String>) -> bool {
+        !self.in_git
+            && dirs.iter().any(|dir| {
+                crate::watch::files_under(&self.workspace, dir).any(|rel| {
+                    !self.store.contains(&rel)
+                        && std::fs::metadata(self.workspace.join(&rel)).is_ok_and(|m| candidate(&rel, &m))
+                })
+            })
     }
 
     fn source_files(&self) -> usize {
