@@ -33,6 +33,8 @@ pub struct Conn {
     pub step_budget: u64,
     /// The relay's process and build as it said them (`None` for stdio), for `gm status`.
     pub relay: Option<serde_json::Value>,
+    /// The HTTP listener's connection for stateless (2026-07-28) requests of any client.
+    pub stateless: bool,
 }
 
 /// Which tools a session is served: `code` (default) — `next_context`, `run_code`, `finish`,

@@ -13,9 +13,8 @@ use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use crate::children::ChildTool;
-use crate::trust::ask::{AskConsent, Consent};
+use crate::trust::ask::{AskConsent, Asker, Consent};
 use crate::verbs::{self, Ctx, Json, VerbError};
-use actix::Recipient;
 
 /// The fields of a `code-call` event, written to the log without building a JSON value.
 #[derive(serde::Serialize)]
@@ -41,11 +40,11 @@ pub struct Host {
     /// The run_code body this host serves, for the log.
     body: u64,
     /// The session's way to ask its user whether a workspace server may start.
-    consent: Option<Recipient<AskConsent>>,
+    consent: Option<Asker>,
 }
 
 impl Host {
-    pub fn new(ctx: Ctx, body: u64, consent: Option<Recipient<AskConsent>>) -> Self {
+    pub fn new(ctx: Ctx, body: u64, consent: Option<Asker>) -> Self {
         Self { ctx, body, consent }
     }
 }
@@ -53,17 +52,13 @@ impl Host {
 /// A child tool for `gm.<name>`: a started server's (waiting for one that is starting), one
 /// the user approved with `gm trust`, or — when the session can ask its user and they accept —
 /// one approved now. Waiting stops when the body's call is cancelled.
-async fn child_tool(
-    ctx: &Ctx,
-    name: &str,
-    consent: Option<&Recipient<AskConsent>>,
-) -> Result<Option<ChildTool>, VerbError> {
+async fn child_tool(ctx: &Ctx, name: &str, consent: Option<&Asker>) -> Result<Option<ChildTool>, VerbError> {
     if let Some(tool) = ctx.children.find_or_start(name, &ctx.cancel).await? {
         return Ok(Some(tool));
     }
     let Some(pending) = ctx.children.waiting_for(name) else { return Ok(None) };
     let Some(consent) = consent else { return Ok(None) };
-    let ask = consent.send(AskConsent { pending: pending.clone() });
+    let ask = consent.to.send(AskConsent { pending: pending.clone(), call: consent.call.clone() });
     // The user may take a while to answer; a cancelled body stops waiting.
     let asked = tokio::select! {
         asked = ask => asked.ok(),

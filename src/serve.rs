@@ -264,6 +264,7 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
                 max_line_bytes: opts.max_line_bytes,
                 worker: settings,
                 notes: Vec::new(),
+                stateless: false,
             };
             let out = StdoutWriter::default().start().recipient();
             let server = worker

@@ -427,3 +427,78 @@ fn a_client_without_elicitation_is_never_asked() {
     assert_eq!(first["id"], 61, "{first}");
     assert_eq!(first["result"]["structuredContent"]["error"]["details"]["code"], "untrusted");
 }
+
+/// The stateless revision's envelope, for a client that can (or cannot) be asked.
+fn envelope(elicitation: bool) -> Value {
+    let capabilities = if elicitation { json!({ "elicitation": { "form": {} } }) } else { json!({}) };
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+    })
+}
+
+/// gm serving the workspace to a 2026-07-28 client (no initialize), the read gate open.
+fn serve_stateless(repo: &Repo) -> Gm {
+    let home = repo.home.path().to_str().expect("utf-8");
+    let mut gm = Gm::start_in(&repo.ws, &[], &[("HOME", home), ("GM_TEST_SECRET", SECRET)]);
+    gm.ok("resources/read", json!({ "uri": "skill://gm/SKILL.md", "_meta": envelope(true) }));
+    gm
+}
+
+fn stateless_call(gm: &mut Gm, id: i64, extra: Value) -> Value {
+    let code = "return (await gm.evil_echo({ x: 7 })).structuredContent.echo.x;";
+    let mut params = json!({ "name": "run_code", "arguments": { "code": code }, "_meta": envelope(true) });
+    if let (Some(p), Some(e)) = (params.as_object_mut(), extra.as_object()) {
+        p.extend(e.clone());
+    }
+    gm.send(&json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params }));
+    gm.recv_id(&json!(id))
+}
+
+#[test]
+fn a_stateless_client_is_asked_in_the_calls_result_and_its_retry_gets_the_same_bodys_result() {
+    let repo = Repo::new();
+    let mut gm = serve_stateless(&repo);
+    let first = stateless_call(&mut gm, 71, json!({}));
+    let result = &first["result"];
+    assert_eq!(result["resultType"], "input_required", "{first}");
+    let question = &result["inputRequests"]["consent"];
+    assert_eq!(question["method"], "elicitation/create", "{first}");
+    let message = question["params"]["message"].as_str().expect("message");
+    assert!(message.contains("sh -c 'echo started > marker;") && !message.contains(SECRET), "{message}");
+    assert!(!repo.marker().exists(), "nothing runs before the answer");
+    let state = result["requestState"].as_str().expect("requestState").to_owned();
+    // A retry with a state gm never gave is refused and changes nothing.
+    let forged = stateless_call(&mut gm, 72, json!({ "requestState": "gm-consent-forged", "inputResponses": {} }));
+    assert_eq!(forged["error"]["code"], -32602, "{forged}");
+    let accept = json!({ "requestState": state, "inputResponses": { "consent": { "action": "accept", "content": { "approve": true } } } });
+    let reply = stateless_call(&mut gm, 73, accept.clone());
+    assert_eq!(reply["result"]["structuredContent"]["result"], 7, "the same body went on: {reply}");
+    assert_eq!(reply["result"]["resultType"], "complete", "{reply}");
+    assert_eq!(std::fs::read_to_string(repo.marker()).expect("marker").trim(), "started");
+    let listed = text(&repo.trust(&["--list"]).stdout);
+    assert!(listed.contains("evil"), "the approval is kept: {listed}");
+    // The state is used up: the same retry again is refused.
+    let again = stateless_call(&mut gm, 74, accept);
+    assert_eq!(again["error"]["code"], -32602, "{again}");
+    let bodies = gm.wait_for_events("action", 2).into_iter().filter(|e| e["tool"] == "run_code").count();
+    assert_eq!(bodies, 1, "the body ran once, answered to the retry");
+}
+
+#[test]
+fn a_stateless_decline_fails_the_call_untrusted_and_a_client_that_cannot_be_asked_is_not() {
+    let repo = Repo::new();
+    let mut gm = serve_stateless(&repo);
+    let first = stateless_call(&mut gm, 81, json!({}));
+    let state = first["result"]["requestState"].as_str().expect("requestState").to_owned();
+    let decline = json!({ "requestState": state, "inputResponses": { "consent": { "action": "decline" } } });
+    let reply = stateless_call(&mut gm, 82, decline);
+    assert_eq!(reply["result"]["structuredContent"]["error"]["details"]["code"], "untrusted", "{reply}");
+    assert!(!repo.marker().exists());
+    // A request that does not declare elicitation is never asked.
+    let code = "return await gm.evil_echo({});";
+    gm.send(&json!({ "jsonrpc": "2.0", "id": 83, "method": "tools/call", "params": { "name": "run_code", "arguments": { "code": code }, "_meta": envelope(false) } }));
+    let reply = gm.recv_id(&json!(83));
+    assert_eq!(reply["result"]["resultType"], "complete", "{reply}");
+    assert_eq!(reply["result"]["structuredContent"]["error"]["details"]["code"], "untrusted", "{reply}");
+}

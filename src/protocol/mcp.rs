@@ -18,6 +18,11 @@ pub const BATCH_VERSION: &str = "2025-03-26";
 pub const RUN_META_KEY: &str = "com.anentrypoint.gmnew/run";
 pub const SKILLS_EXTENSION: &str = "io.modelcontextprotocol/skills";
 
+/// What `server/discover` offers: the stateless revision first, then the `initialize` era's.
+pub fn discover_versions() -> Vec<&'static str> {
+    super::modern::VERSIONS.iter().chain(PROTOCOL_VERSIONS).copied().collect()
+}
+
 pub fn negotiate(requested: Option<&str>) -> &'static str {
     requested.and_then(|r| PROTOCOL_VERSIONS.iter().find(|v| **v == r).copied()).unwrap_or(LATEST_VERSION)
 }
@@ -58,7 +63,7 @@ pub struct InitializeResult {
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DiscoverResult {
-    pub supported_versions: &'static [&'static str],
+    pub supported_versions: Vec<&'static str>,
     pub capabilities: Value,
     pub server_info: Implementation,
     pub instructions: String,
@@ -232,6 +237,8 @@ pub struct ToolCall {
     /// The arguments object as its JSON text (`{}` when absent or null).
     pub args: Box<RawValue>,
     pub meta: Option<Map<String, Value>>,
+    /// A stateless (2026-07-28) request: its result says its `resultType`.
+    pub modern: bool,
 }
 
 /// The shape of a well-formed tools/call line, read without building JSON values.
@@ -265,7 +272,7 @@ pub fn parse_tool_call(line: &str) -> Option<ToolCall> {
         return None;
     }
     let args = args_json(call.params.arguments)?;
-    Some(ToolCall { id: call.id, name: call.params.name, args, meta: call.params.meta })
+    Some(ToolCall { id: call.id, name: call.params.name, args, meta: call.params.meta, modern: false })
 }
 
 impl ToolCall {
@@ -283,7 +290,7 @@ impl ToolCall {
         }
         .ok_or_else(|| RpcError::invalid_params("arguments must be an object"))?;
         let meta = params.get("_meta").and_then(Value::as_object).cloned();
-        Ok(ToolCall { id, name: name.to_owned(), args, meta })
+        Ok(ToolCall { id, name: name.to_owned(), args, meta, modern: false })
     }
 }
 
@@ -304,7 +311,14 @@ fn empty_args() -> Option<Box<RawValue>> {
 /// block, plus structured content when it is an object, written straight to bytes: the text
 /// is used twice (escaped as the text block, raw as the structured content), with no
 /// intermediate JSON values. This is on every call's path.
-pub fn tool_result_line(id: &Value, value: &RawValue, is_error: bool, run: &str, extra_text: Option<&str>) -> String {
+pub fn tool_result_line(
+    id: &Value,
+    value: &RawValue,
+    is_error: bool,
+    run: &str,
+    extra_text: Option<&str>,
+    modern: bool,
+) -> String {
     let json = value.get().trim();
     let mut out = String::with_capacity(json.len() * 2 + 160);
     out.push_str(r#"{"jsonrpc":"2.0","id":"#);
@@ -323,7 +337,16 @@ pub fn tool_result_line(id: &Value, value: &RawValue, is_error: bool, run: &str,
     out.push_str(RUN_META_KEY);
     out.push_str(r#"":"#);
     push_json_str(&mut out, run);
+    if modern {
+        out.push_str(r#",""#);
+        out.push_str(super::modern::SERVER_INFO_KEY);
+        out.push_str(r#"":"#);
+        out.push_str(&to_value(&server_info()).to_string());
+    }
     out.push('}');
+    if modern {
+        out.push_str(r#","resultType":"complete""#);
+    }
     if json.starts_with('{') {
         out.push_str(r#","structuredContent":"#);
         out.push_str(json);
@@ -365,14 +388,15 @@ mod tests {
         ] {
             for id in [json!(0), json!(-7), json!("req-1")] {
                 let raw = serde_json::value::to_raw_value(&value).expect("serializes");
-                let line = tool_result_line(&id, &raw, is_error, "run-1", extra);
+                let line = tool_result_line(&id, &raw, is_error, "run-1", extra, false);
                 let parsed: Value = serde_json::from_str(&line).expect("valid JSON");
-                let expected = json!({
-                    "jsonrpc": "2.0",
-                    "id": id,
-                    "result": tool_result(value.clone(), is_error, "run-1", extra.map(str::to_owned)),
-                });
+                let result = tool_result(value.clone(), is_error, "run-1", extra.map(str::to_owned));
+                let expected = json!({ "jsonrpc": "2.0", "id": id, "result": result });
                 assert_eq!(parsed, expected);
+                // The stateless revision's result is the same, completed as every result is.
+                let modern: Value =
+                    serde_json::from_str(&tool_result_line(&id, &raw, is_error, "run-1", extra, true)).expect("JSON");
+                assert_eq!(modern["result"], super::super::modern::complete("tools/call", result));
             }
         }
     }

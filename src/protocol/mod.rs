@@ -3,3 +3,4 @@
 
 pub mod jsonrpc;
 pub mod mcp;
+pub mod modern;

@@ -246,6 +246,7 @@ impl Relay {
                 mcp_config: opts.mcp_config.map(|p| std::path::absolute(&p).unwrap_or(p)),
             },
             notes: Vec::new(),
+            stateless: false,
         };
         Relay {
             finder: Finder { files, exe: worker_exe(), serve_args: opts.serve_args, reaped: Default::default() },
@@ -587,21 +588,23 @@ impl Relay {
             let hs = lock(&self.handshake);
             (hs.initialize.clone(), hs.initialized, hs.skill_read)
         };
-        let Some(initialize) = initialize else { return Ok(()) };
-        let init_id = match with_id(&initialize, REPLAY_INIT_ID) {
-            Some(line) => {
-                send(&mut conn.writer, &line)?;
-                REPLAY_INIT_ID.to_string()
+        // A stateless (2026-07-28) host never initialized: only its skill read is replayed.
+        if let Some(initialize) = initialize {
+            let init_id = match with_id(&initialize, REPLAY_INIT_ID) {
+                Some(line) => {
+                    send(&mut conn.writer, &line)?;
+                    REPLAY_INIT_ID.to_string()
+                }
+                None => {
+                    // Not rewritable: sent as the host wrote it, its answer still dropped here.
+                    send(&mut conn.writer, &initialize)?;
+                    Peek::of(&initialize).id.unwrap_or_default()
+                }
+            };
+            self.await_answer(&mut conn.reader, &init_id)?;
+            if initialized {
+                send(&mut conn.writer, br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)?;
             }
-            None => {
-                // Not rewritable: sent as the host wrote it, its answer still dropped here.
-                send(&mut conn.writer, &initialize)?;
-                Peek::of(&initialize).id.unwrap_or_default()
-            }
-        };
-        self.await_answer(&mut conn.reader, &init_id)?;
-        if initialized {
-            send(&mut conn.writer, br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)?;
         }
         if skill_read {
             let read = json!({ "jsonrpc": "2.0", "id": "gm-relay:skill-read", "method": "resources/read", "params": { "uri": GATE_SKILL } });
@@ -694,6 +697,9 @@ impl Relay {
                     "content": [{ "type": "text", "text": error.to_string() }],
                     "structuredContent": error,
                     "isError": true,
+                    // Required by the stateless revision, harmless to the older ones (the relay
+                    // does not read which one a call spoke).
+                    "resultType": "complete",
                 },
             })
         } else {

@@ -50,7 +50,7 @@ pub async fn run_code(
     body: u64,
     cancel: CancelToken,
     scope: Scope,
-    consent: Option<actix::Recipient<crate::trust::ask::AskConsent>>,
+    consent: Option<crate::trust::ask::Asker>,
 ) -> Result<ToolOutput, Value> {
     // Shells the body starts are stopped with it; its calls are logged as the session's.
     let ctx = app.ctx.for_call(cancel.clone(), Some(scope.clone()));

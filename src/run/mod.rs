@@ -44,6 +44,10 @@ pub struct RunSession {
     scope: Scope,
     /// Asks the session's user (through its host) whether a workspace server may start.
     pub consent: Option<actix::Recipient<crate::trust::ask::AskConsent>>,
+    /// A `next_context` opens run_code as the skill read does (stateless connections).
+    pub step_opens_gate: bool,
+    /// The call arriving now (its request id as a key), for the bodies it starts to ask with.
+    pub arriving: String,
 }
 
 impl RunSession {
@@ -51,7 +55,18 @@ impl RunSession {
     pub fn new(session: Arc<str>, run: RunState, opened: Opened, step_budget: u64) -> Self {
         let scope = Scope { session: session.clone(), run: run.run_id.as_str().into() };
         let resumed = (opened != Opened::New).then_some(opened);
-        Self { session, skill_read: false, run, resumed, next_body: 0, step_budget, scope, consent: None }
+        Self {
+            session,
+            skill_read: false,
+            run,
+            resumed,
+            next_body: 0,
+            step_budget,
+            scope,
+            consent: None,
+            step_opens_gate: false,
+            arriving: String::new(),
+        }
     }
 
     /// The session and its current run, for its events.
@@ -150,6 +165,10 @@ fn arrive_next_context(app: &Rc<App>, s: &mut RunSession, args: &RawValue, _: Ca
         s.start_new_run();
     }
     s.run.step += 1;
+    if s.step_opens_gate && !s.skill_read {
+        s.skill_read = true;
+        app.js.start();
+    }
     if let Some(task) = parsed.task {
         s.run.task = Some(task);
     }
@@ -199,7 +218,7 @@ fn arrive_run_code(app: &Rc<App>, s: &mut RunSession, args: &RawValue, cancel: C
     let number = s.next_body;
     let app = app.clone();
     let scope = s.scope().clone();
-    let consent = s.consent.clone();
+    let consent = s.consent.clone().map(|to| crate::trust::ask::Asker { to, call: s.arriving.clone() });
     // Child servers still starting are not waited for: a body's call to one of their tools
     // waits for that server alone (`Children::find_or_start`).
     Box::pin(async move { body::run_code(&app, code, budget, number, cancel, scope, consent).await })

@@ -72,6 +72,7 @@ impl Server {
             Running::Uncancellable { tool: call.name.clone() }
         };
         self.session.running.insert(key.clone(), running);
+        self.session.run.arriving.clone_from(&key);
         let work = match run::loop_tool(&call.name) {
             Some(tool) => {
                 Work::Loop((tool.arrive)(&self.app, &mut self.session.run, &call.args, cancel.clone()), tool.pool)
@@ -96,7 +97,7 @@ async fn call_tool(
     cancel: CancelToken,
     scope: Scope,
 ) -> Option<String> {
-    let mcp::ToolCall { id, name, args, meta } = call;
+    let mcp::ToolCall { id, name, args, meta, modern } = call;
     let started = Instant::now();
     let ticker = traits.progress.then(|| progress_ticker(&app, &conn, meta.as_ref())).flatten();
     let run = run_work(&app, &name, &args, work, cancel.clone(), &scope);
@@ -141,14 +142,14 @@ async fn call_tool(
         Ok(ToolOutput { value, extra, .. }) => {
             let value = secrets.redact_json(value);
             let extra = extra.map(|t| secrets.redactor.redact(&t));
-            mcp::tool_result_line(&id, &value, false, &scope.run, extra.as_deref())
+            mcp::tool_result_line(&id, &value, false, &scope.run, extra.as_deref(), modern)
         }
         Err(mut error) => {
             secrets.redact_value(&mut error);
             // A JSON value always serializes; the fallback keeps the reply coming regardless.
             let value = serde_json::value::to_raw_value(&json!({ "error": error }))
                 .unwrap_or_else(|_| gm_actors::js_engine::null_json());
-            mcp::tool_result_line(&id, &value, true, &scope.run, None)
+            mcp::tool_result_line(&id, &value, true, &scope.run, None, modern)
         }
     };
     Some(line)

@@ -10,10 +10,12 @@
 //!
 //! - `call`: the tools/call pipeline, from a call's arrival to its reply and action event.
 //! - `requests`: the other methods (initialize, lists, resources, prompts, skills).
+//! - `stateless`: requests of the stateless revision (2026-07-28) and its questions in results.
 //! - [`surface`]: the code and tools surfaces, derived from the registry and the run loop.
 
 mod call;
 mod requests;
+mod stateless;
 pub mod surface;
 
 use std::collections::HashMap;
@@ -29,7 +31,7 @@ use serde_json::{json, Value};
 
 use crate::app::{App, Conn};
 use crate::protocol::jsonrpc::{self, Message, RpcError};
-use crate::protocol::mcp;
+use crate::protocol::{mcp, modern};
 use crate::run::RunSession;
 use crate::trust::ask::{AskConsent, Consent};
 use crate::verbs;
@@ -40,8 +42,20 @@ const SHUTDOWN_GRACE: Duration = Duration::from_millis(700);
 /// How long a session that ends waits for its cancelled calls to finish (and log their events).
 const DRAIN_LIMIT: Duration = Duration::from_secs(3);
 
+/// Which protocol era a connection speaks, settled by its first `initialize` or its first
+/// request with a stateless envelope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Era {
+    Unknown,
+    /// `initialize` and the versions it negotiates.
+    Legacy,
+    /// 2026-07-28: every request carries its envelope.
+    Modern,
+}
+
 /// The connection's state, owned by the server actor.
 struct Session {
+    era: Era,
     protocol: Option<&'static str>,
     /// What the client said of itself in `initialize`.
     client: Option<Value>,
@@ -67,6 +81,12 @@ struct Session {
     next_ask: u64,
     /// Servers this session's user declined: not asked again.
     declined: std::collections::HashSet<String>,
+    /// Stateless calls in progress, by their first request's id key.
+    routes: HashMap<String, stateless::Route>,
+    /// Questions asked in `input_required` results: their requestState → the call's key.
+    states: HashMap<String, String>,
+    /// Retries' id keys → the call they took over (a cancel may name either).
+    aliases: HashMap<String, String>,
 }
 
 #[derive(Clone)]
@@ -107,8 +127,10 @@ struct Later {
 impl Server {
     /// The server of one session. `stdio`: the session is `--no-relay`'s stdin and stdout.
     pub fn new(app: Rc<App>, conn: Conn, run: RunSession, worker: Addr<Worker>, stdio: bool) -> Self {
+        let modern = conn.stateless;
         let session = Session {
-            protocol: None,
+            era: if modern { Era::Modern } else { Era::Unknown },
+            protocol: modern.then_some(crate::protocol::modern::VERSION),
             client: None,
             run,
             running: HashMap::new(),
@@ -123,19 +145,39 @@ impl Server {
             asks: HashMap::new(),
             next_ask: 0,
             declined: std::collections::HashSet::new(),
+            routes: HashMap::new(),
+            states: HashMap::new(),
+            aliases: HashMap::new(),
         };
         Self { app, conn: Rc::new(conn), session, worker, stdio }
     }
 
     fn send(&self, v: Value) {
-        self.conn.out.do_send(SendLine(v.to_string()));
+        self.send_line(v.to_string());
+    }
+
+    fn send_line(&self, line: String) {
+        self.conn.out.do_send(SendLine(line));
     }
 
     fn on_line(&mut self, line: String, ctx: &mut Context<Self>) {
         // Most lines are tools/calls: those are read without building JSON values.
-        if let Some(call) = mcp::parse_tool_call(&line) {
-            let later = self.start_call(call);
-            return self.answer_later(later, None, ctx);
+        if let Some(mut call) = mcp::parse_tool_call(&line) {
+            let enveloped = call.meta.as_ref().is_some_and(|m| m.contains_key(modern::PROTOCOL_VERSION_KEY));
+            match self.session.era {
+                Era::Legacy => return self.answer_later_call(call, ctx),
+                Era::Unknown if !enveloped => return self.answer_later_call(call, ctx),
+                // A retry carries its answer outside what the quick read looks at.
+                Era::Modern if !line.contains("\"requestState\"") => match modern::envelope(call.meta.as_ref()) {
+                    Ok(envelope) => {
+                        call.modern = true;
+                        let later = self.start_stateless_call(call, envelope.elicitation);
+                        return self.answer_later(later, None, ctx);
+                    }
+                    Err(e) => return self.send(jsonrpc::error(&call.id, &e)),
+                },
+                _ => {}
+            }
         }
         let v: Value = match serde_json::from_str(&line) {
             Ok(v) => v,
@@ -152,6 +194,11 @@ impl Server {
             Reply::Now(None) => {}
             Reply::Later(later) => self.answer_later(later, None, ctx),
         }
+    }
+
+    fn answer_later_call(&mut self, call: mcp::ToolCall, ctx: &mut Context<Self>) {
+        let later = self.start_call(call);
+        self.answer_later(later, None, ctx)
     }
 
     fn on_batch(&mut self, items: Vec<Value>, ctx: &mut Context<Self>) {
@@ -206,8 +253,17 @@ impl Server {
     fn answer_later(&mut self, later: Later, batch: Option<(u64, usize)>, ctx: &mut Context<Self>) {
         let Later { future, call } = later;
         ctx.spawn(future.into_actor(self).map(move |reply, act, ctx| {
-            if let Some(key) = call {
-                act.session.running.remove(&key);
+            let mut reply = reply;
+            if let Some(key) = &call {
+                act.session.running.remove(key);
+                reply = match reply {
+                    Some(line) => act.route_reply(key, line),
+                    // A cancelled call answers nobody, whichever request took it over.
+                    None => {
+                        act.drop_route(key);
+                        None
+                    }
+                };
             }
             match batch {
                 Some((number, slot)) => {
@@ -247,6 +303,11 @@ impl Server {
                 Reply::Now(None)
             }
             Message::Request { id, method, params } => {
+                match self.stateless(&method, &params) {
+                    Ok(Some(envelope)) => return self.stateless_request(id, &method, params, envelope, ctx),
+                    Ok(None) => {}
+                    Err(e) => return Reply::Now(Some(jsonrpc::error(&id, &e))),
+                }
                 if method == "tools/call" {
                     return match mcp::ToolCall::from_params(id.clone(), &params) {
                         Ok(call) => Reply::Later(self.start_call(call)),
@@ -275,7 +336,11 @@ impl Server {
             return;
         }
         let Some(request) = params.get("requestId") else { return };
-        match self.session.running.get(&call::id_key(request)) {
+        let mut key = call::id_key(request);
+        if let Some(taken_over) = self.session.aliases.get(&key) {
+            key.clone_from(taken_over);
+        }
+        match self.session.running.get(&key) {
             Some(Running::Cancellable(token)) => token.cancel(),
             Some(Running::Uncancellable { tool }) => self.log(
                 "cancel-ignored",
@@ -320,8 +385,9 @@ struct ToolsChanged;
 
 impl StreamHandler<ToolsChanged> for Server {
     fn handle(&mut self, _: ToolsChanged, _: &mut Context<Self>) {
-        // Before initialize the host has not listed anything; after the end nobody listens.
-        if self.session.protocol.is_some() && self.session.ending.is_none() {
+        // Before initialize the host has not listed anything; after the end nobody listens; a
+        // stateless client is sent nothing it did not ask for (tools/list says ttlMs 0).
+        if self.session.era == Era::Legacy && self.session.ending.is_none() {
             self.send(json!({ "jsonrpc": "2.0", "method": "notifications/tools/list_changed" }));
         }
     }
@@ -334,8 +400,19 @@ impl Server {
     /// A client's answer to a question gm asked.
     fn on_response(&mut self, id: &Value, result: Option<&Value>) {
         let Some(key) = id.as_str() else { return };
+        self.settle_ask(key, crate::trust::ask::consent_of(result));
+    }
+
+    /// The answer to the question `key`: its waiters hear it; a decline is remembered.
+    fn settle_ask(&mut self, key: &str, consent: Consent) {
         let Some((server, waiting)) = self.session.asks.remove(key) else { return };
-        let consent = crate::trust::ask::consent_of(result);
+        if consent == Consent::NotAsked {
+            self.log("consent", json!({ "server": server, "answer": "expired" }));
+            for tx in waiting {
+                let _ = tx.send(Consent::NotAsked);
+            }
+            return;
+        }
         if consent == Consent::Declined {
             self.session.declined.insert(server.clone());
         }
@@ -351,8 +428,22 @@ impl Server {
 
 impl Handler<AskConsent> for Server {
     type Result = ResponseFuture<Consent>;
-    fn handle(&mut self, msg: AskConsent, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: AskConsent, ctx: &mut Context<Self>) -> Self::Result {
         let server = msg.pending.name.clone();
+        if let Some(route) = self.session.routes.get(&msg.call) {
+            // A stateless call: its client is asked in the call's result, if that request
+            // said it can be asked.
+            if !route.elicitation || self.session.declined.contains(&server) || self.session.ending.is_some() {
+                return Box::pin(futures::future::ready(Consent::NotAsked));
+            }
+            let (tx, rx) = futures::channel::oneshot::channel();
+            if let Some((_, waiting)) = self.session.asks.values_mut().find(|(s, _)| *s == server) {
+                waiting.push(tx);
+            } else {
+                self.ask_in_result(&msg.call, msg.pending, tx, ctx);
+            }
+            return Box::pin(async move { rx.await.unwrap_or(Consent::NotAsked) });
+        }
         if !self.session.elicitation || self.session.declined.contains(&server) || self.session.ending.is_some() {
             return Box::pin(futures::future::ready(Consent::NotAsked));
         }
@@ -457,7 +548,7 @@ impl Handler<Describe> for Server {
             "client": self.session.client,
             "protocolVersion": self.session.protocol,
             "surface": self.conn.surface.as_str(),
-            "transport": if self.stdio { "stdio" } else { "relay" },
+            "transport": if self.stdio { "stdio" } else if self.conn.stateless { "stateless" } else { "relay" },
             "relay": self.conn.relay,
             "connectedMs": self.session.opened.elapsed().as_millis() as u64,
             "skillRead": self.session.run.skill_read,

@@ -46,6 +46,7 @@ impl Server {
                 let requested = params.get("protocolVersion").and_then(Value::as_str);
                 let version = mcp::negotiate(requested);
                 self.session.protocol = Some(version);
+                self.session.era = super::Era::Legacy;
                 self.session.client = params.get("clientInfo").cloned();
                 self.session.elicitation = params.pointer("/capabilities/elicitation").is_some_and(Value::is_object);
                 self.log(
@@ -60,7 +61,7 @@ impl Server {
                 })
             }
             "server/discover" => ok(&mcp::DiscoverResult {
-                supported_versions: mcp::PROTOCOL_VERSIONS,
+                supported_versions: mcp::discover_versions(),
                 capabilities: mcp::capabilities(),
                 server_info: mcp::server_info(),
                 instructions: instructions(),

@@ -9,11 +9,20 @@ use serde_json::{json, Value};
 
 use super::Pending;
 
-/// Ask the user whether `pending` may start.
+/// Ask the user whether `pending` may start, for the call `call` (its request id as a key).
 #[derive(Debug, Message)]
 #[rtype(result = "Consent")]
 pub struct AskConsent {
     pub pending: Pending,
+    pub call: String,
+}
+
+/// How a body asks its session's user: the session, and the call that runs the body (a
+/// stateless client is asked in that call's result).
+#[derive(Clone)]
+pub struct Asker {
+    pub to: actix::Recipient<AskConsent>,
+    pub call: String,
 }
 
 /// What came of a question.

@@ -38,6 +38,10 @@ pub struct Hello {
     /// `{ "kind": ..., fields... }`, logged by the worker as the session's.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<serde_json::Value>,
+    /// The connection carries stateless (2026-07-28) requests of any number of clients (the
+    /// HTTP listener's): it serves that revision only.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stateless: bool,
 }
 
 /// A gm process: its pid, version and binary.

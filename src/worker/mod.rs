@@ -204,7 +204,10 @@ impl Worker {
         let (run, opened, problems) =
             self.app.runs.open(&hello.session, &live, || RunState::new(crate::run_state::new_run_id(), budget));
         let session: Arc<str> = hello.session.as_str().into();
-        let run = RunSession::new(session.clone(), run, opened.clone(), budget);
+        let mut run = RunSession::new(session.clone(), run, opened.clone(), budget);
+        // Stateless requests have no connection of their own to have read the skill: a step,
+        // which hands the model the rules, opens run_code too.
+        run.step_opens_gate = hello.stateless;
         let scope = run.scope().clone();
         let (how, from, step) = match &opened {
             Opened::New => ("new", None, None),
@@ -217,7 +220,7 @@ impl Worker {
                 "session",
                 json!({
                     "state": "opened",
-                    "transport": if stdio { "stdio" } else { "relay" },
+                    "transport": if stdio { "stdio" } else if hello.stateless { "stateless" } else { "relay" },
                     "relay": (!stdio).then_some(&hello.relay),
                     "surface": surface.as_str(),
                     "runOpened": { "how": how, "fromSession": from, "step": step },
@@ -247,6 +250,7 @@ impl Worker {
             page_size: hello.page_size.max(1),
             step_budget: budget,
             relay: (!stdio).then(|| serde_json::to_value(&hello.relay).unwrap_or_default()),
+            stateless: hello.stateless,
         };
         let server = Server::new(self.app.clone(), conn, run, ctx.address(), stdio).start();
         self.sessions.insert(session, Session { server: server.clone(), probe });

@@ -219,6 +219,19 @@ impl Gm {
     pub fn events_of(&mut self, kind: &str) -> Vec<Value> {
         self.log_events().into_iter().filter(|e| e["kind"] == kind).collect()
     }
+
+    /// The events of `kind` once the log holds at least `n` of them, for a client with no
+    /// ping to wait on (a stateless one).
+    pub fn wait_for_events(&self, kind: &str, n: usize) -> Vec<Value> {
+        let deadline = std::time::Instant::now() + TIMEOUT;
+        loop {
+            let events: Vec<Value> = read_log(&self.log_path()).into_iter().filter(|e| e["kind"] == kind).collect();
+            if events.len() >= n || std::time::Instant::now() > deadline {
+                return events;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 /// `gm serve <args>` in `workspace` with `env`, and the test defaults.

@@ -100,7 +100,27 @@ def read_log(workspace: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-# a. default ("auto") client: server/discover probe, fall back to initialize, one connection.
+async def _three_tools_skill_and_run_code(client: Client, workspace: Path) -> None:
+    tools = await list_all_tools(client)
+    assert sorted(t.name for t in tools) == ["finish", "next_context", "run_code"]
+
+    skill = await read_skill(client)
+    assert "gm" in skill
+
+    code = (
+        "await gm.write_file({path: 'a.txt', content: 'hi from python'});\n"
+        "return (await gm.read_file({path: 'a.txt'})).content;"
+    )
+    result = await client.call_tool("run_code", {"code": code})
+    sc = ok(result)
+    assert sc["result"] == "hi from python"
+    assert isinstance(sc.get("console"), list)
+    assert "ms" in sc
+    assert (workspace / "a.txt").read_text() == "hi from python"
+
+
+# a. default ("auto") client: server/discover probe; gm offers 2026-07-28, so the client adopts the
+# stateless revision (no initialize) and everything works on it.
 @pytest.mark.anyio
 async def test_auto_client_three_tools_skill_and_run_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     probes: list[str] = []
@@ -114,31 +134,25 @@ async def test_auto_client_three_tools_skill_and_run_code(tmp_path: Path, monkey
 
     async with gm_client(tmp_path) as client:
         assert probes, "auto mode did not probe server/discover"
-        # gm advertises only handshake-era versions, so auto mode must have fallen back to initialize.
-        assert client.session.initialize_result is not None
-        assert client.session.discover_result is None
-        assert client.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS
+        assert client.session.initialize_result is None
+        assert client.session.discover_result is not None
+        assert client.protocol_version == "2026-07-28"
         assert client.server_info is not None and client.server_info.name == "gm"
+        await _three_tools_skill_and_run_code(client, tmp_path)
 
-        tools = await list_all_tools(client)
-        assert sorted(t.name for t in tools) == ["finish", "next_context", "run_code"]
-
-        skill = await read_skill(client)
-        assert "gm" in skill
-
-        code = (
-            "await gm.write_file({path: 'a.txt', content: 'hi from python'});\n"
-            "return (await gm.read_file({path: 'a.txt'})).content;"
-        )
-        result = await client.call_tool("run_code", {"code": code})
-        sc = ok(result)
-        assert sc["result"] == "hi from python"
-        assert isinstance(sc.get("console"), list)
-        assert "ms" in sc
-
-    assert (tmp_path / "a.txt").read_text() == "hi from python"
-    kinds = {e.get("kind") for e in read_log(tmp_path)}
+    events = read_log(tmp_path)
+    kinds = {e.get("kind") for e in events}
     assert {"skill-read", "code-call"} <= kinds, kinds
+    assert any(e.get("kind") == "initialize" and e.get("stateless") for e in events), events
+
+
+# a2. a client that keeps the initialize handshake gets the older revision, unchanged.
+@pytest.mark.anyio
+async def test_legacy_client_three_tools_skill_and_run_code(tmp_path: Path) -> None:
+    async with gm_client(tmp_path, mode="legacy") as client:
+        assert client.session.initialize_result is not None
+        assert client.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS
+        await _three_tools_skill_and_run_code(client, tmp_path)
 
 
 # b. the read gate: run_code is refused with skill_not_read until SKILL.md is read on this connection.
