@@ -428,3 +428,39 @@ fn a_worker_that_cannot_start_stops_gm_serve_with_its_message() {
     assert!(err.contains("cannot open the run log") && err.contains("log.jsonl"), "{err}");
     assert_eq!(err.matches("cannot open the run log").count(), 1, "said once: {err}");
 }
+
+#[test]
+fn initialize_is_answered_while_the_worker_starts_and_the_session_is_initialized_as_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().canonicalize().unwrap();
+    std::fs::create_dir_all(ws.join(".gm")).unwrap();
+    // Holding the start lock keeps the relay from reaching (or starting) a worker.
+    let held = gm_actors::sys::lock_file(&ws.join(".gm/worker.lock"), true).unwrap().expect("lock");
+    let mut gm = Gm::start_in(&ws, &[], &[]);
+    gm.send(&json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": { "elicitation": {} }, "clientInfo": { "name": "early", "version": "1" } } }));
+    let answer = gm.recv(TIMEOUT).expect("initialize answered with no worker reachable");
+    assert_eq!(
+        (answer["id"].as_i64(), answer["result"]["protocolVersion"].as_str()),
+        (Some(1), Some("2025-06-18")),
+        "{answer}"
+    );
+    assert_eq!(answer["result"]["serverInfo"]["name"], "gm");
+    assert!(!ws.join(".gm/log.jsonl").exists(), "no worker has started yet");
+    gm.send(&json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }));
+    gm.send(
+        &json!({ "jsonrpc": "2.0", "id": 2, "method": "resources/read", "params": { "uri": "skill://gm/SKILL.md" } }),
+    );
+    drop(held);
+    // The worker's own answer to the initialize is not passed on: the next message is the
+    // skill read's.
+    let next = gm.recv(TIMEOUT).expect("the skill read's answer");
+    assert_eq!(next["id"], 2, "{next}");
+    assert_eq!(gm.js("return 6 * 7"), 42);
+    let init: Vec<Value> = gm.events_of("initialize");
+    assert_eq!(init.len(), 1, "{init:?}");
+    assert_eq!(
+        (init[0]["client"]["name"].as_str(), init[0]["protocolVersion"].as_str()),
+        (Some("early"), Some("2025-06-18"))
+    );
+}

@@ -41,6 +41,24 @@ pub fn server_info() -> Implementation {
     Implementation { name: "gm", title: "gm", version: env!("CARGO_PKG_VERSION") }
 }
 
+/// The answer to `initialize` asking for `requested`: the same from the worker and from a
+/// relay that answers while its worker starts.
+pub fn initialize_result(requested: Option<&str>) -> InitializeResult {
+    InitializeResult {
+        protocol_version: negotiate(requested),
+        capabilities: capabilities(),
+        server_info: server_info(),
+        instructions: instructions(),
+    }
+}
+
+pub fn instructions() -> String {
+    "gm is your hands and memory for a long-horizon run. First read the gm skill: resources/read \
+     skill://gm/SKILL.md (run_code stays closed until you do). Then call next_context at every step, do \
+     the step with run_code (every verb is await gm.<verb>(args)), and end with finish({ gaps })."
+        .into()
+}
+
 /// MCP result shapes, typed: the server builds these from gm's own types and nothing else
 /// builds them.
 #[derive(Debug, Serialize)]

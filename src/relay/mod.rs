@@ -57,6 +57,9 @@ const GATE_SKILL: &str = "skill://gm/SKILL.md";
 /// Ids of the relay's own replayed calls; their answers never reach the host.
 const REPLAY_INIT_ID: &str = "\"gm-relay:initialize\"";
 const REPLAY_SKILL_ID: &str = "\"gm-relay:skill-read\"";
+/// The id an `initialize` the relay answered itself goes to the worker with: its answer is
+/// dropped.
+const EARLY_INIT_ID: &str = "\"gm-relay:early-initialize\"";
 /// The notification a relay sends when a signal ends it: the worker cancels the session's
 /// calls at once instead of giving them a grace.
 pub const END_NOW: &str = "gm/relay/end";
@@ -96,19 +99,9 @@ pub fn run(opts: RelayOptions) -> i32 {
         }
     }
     let relay = Arc::new(Relay::new(opts, workspace));
-    let conn = match relay.connect_first() {
-        Ok(conn) => conn,
-        Err(e) => {
-            eprintln!("gm: {e}");
-            return 1;
-        }
-    };
-    for d in &conn.differs {
-        eprintln!("gm: the workspace's worker was already running; it keeps its own setting instead of {d}");
-    }
-    let Connection { reader, writer, worker, .. } = conn;
-    lock(&relay.pipe).writer = Some(writer);
-    watch_stop_signals(relay.clone());
+    // The host's reader starts before the worker is reached: an `initialize` that arrives
+    // while a worker starts is answered at once (see `answer_early`), and every other line
+    // waits in `send_to_worker` for the connection.
     let host = {
         let relay = relay.clone();
         std::thread::Builder::new().name("gm-relay-host".into()).spawn(move || relay.read_host())
@@ -120,6 +113,28 @@ pub fn run(opts: RelayOptions) -> i32 {
             return 1;
         }
     };
+    let conn = match relay.connect_first() {
+        Ok(conn) => conn,
+        Err(e) => {
+            eprintln!("gm: {e}");
+            return 1;
+        }
+    };
+    for d in &conn.differs {
+        eprintln!("gm: the workspace's worker was already running; it keeps its own setting instead of {d}");
+    }
+    let Connection { reader, writer, worker, .. } = conn;
+    {
+        let mut pipe = lock(&relay.pipe);
+        // A host that left while the worker started: the worker hears it (the reader found
+        // no connection to close).
+        if relay.host_closed.load(Ordering::SeqCst) {
+            let _ = writer.shutdown(std::net::Shutdown::Write);
+        }
+        pipe.writer = Some(writer);
+        pipe.connected = true;
+    }
+    watch_stop_signals(relay.clone());
     match relay.supervise(reader, worker) {
         // The host's reader may be blocked on its stdin: the process ends without it.
         Ended::Exit(code) => code,
@@ -145,6 +160,8 @@ struct Pipe {
     generation: u64,
     /// Set once the relay gave up: every later call is answered with this.
     dead: Option<String>,
+    /// A worker has been reached once: from then on `initialize` goes to it.
+    connected: bool,
 }
 
 /// What the host said to open the connection, to say again to a new worker.
@@ -252,7 +269,7 @@ impl Relay {
             finder: Finder { files, exe: worker_exe(), serve_args: opts.serve_args, reaped: Default::default() },
             hello,
             max_line: opts.max_line_bytes,
-            pipe: Mutex::new(Pipe { writer: None, generation: 0, dead: None }),
+            pipe: Mutex::new(Pipe { writer: None, generation: 0, dead: None, connected: false }),
             inflight: Mutex::new(HashMap::new()),
             handshake: Mutex::new(Handshake::default()),
             notes: Mutex::new(Vec::new()),
@@ -351,6 +368,9 @@ impl Relay {
                 }
                 Ok(ReadLine::Eof) | Err(_) => break,
             }
+            if let Some(rewritten) = self.answer_early(&line) {
+                line = rewritten;
+            }
             let mut notes = Outgoing::default();
             if Peek::is_batch(&line) {
                 for peek in Peek::of_batch(&line) {
@@ -390,6 +410,31 @@ impl Relay {
         if let Some(writer) = lock(&self.pipe).writer.as_ref() {
             let _ = writer.shutdown(std::net::Shutdown::Write);
         }
+    }
+
+    /// An `initialize` that arrives before any worker was reached (this relay is starting
+    /// one, or waiting for it) is answered now, from this build's own answer, so a host's
+    /// connect does not wait for a worker to start; the line goes on to the worker under
+    /// [`EARLY_INIT_ID`] (so the session is initialized as the host asked) and its answer is
+    /// dropped. Returns the line to send instead.
+    fn answer_early(&self, line: &[u8]) -> Option<Vec<u8>> {
+        if Peek::is_batch(line) || lock(&self.pipe).connected {
+            return None;
+        }
+        let peek = Peek::of(line);
+        if peek.method.as_deref() != Some("initialize") {
+            return None;
+        }
+        let raw_id = peek.id?;
+        let id: Value = serde_json::from_str(&raw_id).ok()?;
+        let message: Value = serde_json::from_slice(line).ok()?;
+        let requested = message.pointer("/params/protocolVersion").and_then(Value::as_str);
+        let rewritten = with_id(line, EARLY_INIT_ID)?;
+        let result = serde_json::to_value(crate::protocol::mcp::initialize_result(requested)).ok()?;
+        let mut reply = json!({ "jsonrpc": "2.0", "id": id, "result": result }).to_string().into_bytes();
+        reply.push(b'\n');
+        self.write_host(&reply);
+        Some(rewritten)
     }
 
     /// Writes host lines to the worker, tracking the calls among them. A write that fails
@@ -460,7 +505,8 @@ impl Relay {
             }
         }
         let tool_call = peek.method.as_deref() == Some("tools/call");
-        if let Some(id) = peek.id.filter(|_| peek.method.is_some()) {
+        // An initialize the relay answered itself is nobody's call to answer again.
+        if let Some(id) = peek.id.filter(|id| peek.method.is_some() && id != EARLY_INIT_ID) {
             out.calls.push((0, id_key(&id), Call { raw_id: id, tool_call }));
         }
     }
@@ -653,6 +699,10 @@ impl Relay {
             } else {
                 let peek = Peek::of(&line);
                 if let (true, Some(id)) = (peek.response, &peek.id) {
+                    if id == EARLY_INIT_ID {
+                        // The host had its answer from the relay.
+                        continue;
+                    }
                     lock(&self.inflight).remove(&id_key(id));
                 }
             }

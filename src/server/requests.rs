@@ -44,27 +44,22 @@ impl Server {
         match method {
             "initialize" => {
                 let requested = params.get("protocolVersion").and_then(Value::as_str);
-                let version = mcp::negotiate(requested);
-                self.session.protocol = Some(version);
+                let result = mcp::initialize_result(requested);
+                self.session.protocol = Some(result.protocol_version);
                 self.session.era = super::Era::Legacy;
                 self.session.client = params.get("clientInfo").cloned();
                 self.session.elicitation = params.pointer("/capabilities/elicitation").is_some_and(Value::is_object);
                 self.log(
                     "initialize",
-                    json!({ "requested": requested, "protocolVersion": version, "client": params.get("clientInfo") }),
+                    json!({ "requested": requested, "protocolVersion": result.protocol_version, "client": params.get("clientInfo") }),
                 );
-                ok(&mcp::InitializeResult {
-                    protocol_version: version,
-                    capabilities: mcp::capabilities(),
-                    server_info: mcp::server_info(),
-                    instructions: instructions(),
-                })
+                ok(&result)
             }
             "server/discover" => ok(&mcp::DiscoverResult {
                 supported_versions: mcp::discover_versions(),
                 capabilities: mcp::capabilities(),
                 server_info: mcp::server_info(),
-                instructions: instructions(),
+                instructions: mcp::instructions(),
             }),
             "ping" | "logging/setLevel" => Ok(json!({})),
             "tools/list" => {
@@ -193,11 +188,4 @@ fn page<T>(mut items: Vec<T>, params: &Value, page_size: usize) -> Result<(Vec<T
     let next = (end < items.len()).then(|| end.to_string());
     items.truncate(end);
     Ok((items.split_off(start), next))
-}
-
-fn instructions() -> String {
-    "gm is your hands and memory for a long-horizon run. First read the gm skill: resources/read \
-     skill://gm/SKILL.md (run_code stays closed until you do). Then call next_context at every step, do \
-     the step with run_code (every verb is await gm.<verb>(args)), and end with finish({ gaps })."
-        .into()
 }
