@@ -32,7 +32,7 @@ use tokio::sync::watch;
 use crate::gitignore;
 use crate::mcp_config::{self, Config, Named, NotStarted, Resolved};
 use crate::trust::{self, Pending, TrustError, TrustStore};
-use crate::verbs::{self, VerbError};
+use crate::verbs::error::VerbError;
 
 /// A tool of a child server, under the name a body calls it by.
 #[derive(Debug, Clone)]
@@ -71,8 +71,13 @@ struct Launcher {
     depth: u32,
 }
 
+/// Whether a name is taken by one of gm's own verbs: a child tool of that name is skipped.
+/// Given by the worker, so that child servers need not know the verbs.
+pub type NativeNames = fn(&str) -> bool;
+
 pub struct Children {
     workspace: PathBuf,
+    native: NativeNames,
     log: Option<Addr<LogWriter>>,
     servers: Mutex<HashMap<String, Server>>,
     /// Moves whenever what run_code's description says of the servers changes (tools came,
@@ -107,6 +112,7 @@ impl Children {
     pub fn none() -> Arc<Self> {
         Arc::new(Self {
             workspace: PathBuf::new(),
+            native: |_| false,
             log: None,
             servers: Mutex::default(),
             offered: watch::Sender::new(0),
@@ -120,8 +126,14 @@ impl Children {
     /// Starts every server the config names, in parallel, without waiting for any; logs why
     /// each one that is not started is not. A workspace server that is not approved waits.
     /// Call inside the actix system (on gm's main arbiter).
-    pub fn start(config: &Config, workspace: &Path, log: Addr<LogWriter>, depth: u32) -> Arc<Self> {
-        Self::start_with(config, workspace, log, depth, TrustStore::from_home().map_err(|e| e.to_string()))
+    pub fn start(
+        config: &Config,
+        workspace: &Path,
+        log: Addr<LogWriter>,
+        depth: u32,
+        native: NativeNames,
+    ) -> Arc<Self> {
+        Self::start_with(config, workspace, log, depth, native, TrustStore::from_home().map_err(|e| e.to_string()))
     }
 
     /// [`Children::start`] with approvals kept in `store`.
@@ -130,6 +142,7 @@ impl Children {
         workspace: &Path,
         log: Addr<LogWriter>,
         depth: u32,
+        native: NativeNames,
         store: Result<TrustStore, String>,
     ) -> Arc<Self> {
         for p in &config.problems {
@@ -138,6 +151,7 @@ impl Children {
         let at_depth_limit = depth >= mcp_config::MAX_DEPTH;
         let children = Arc::new_cyclic(|me| Self {
             workspace: workspace.to_owned(),
+            native,
             log: Some(log.clone()),
             servers: Mutex::default(),
             offered: watch::Sender::new(0),
@@ -384,7 +398,7 @@ impl Children {
                     continue;
                 }
                 let gm_name = js_name(&format!("{name}_{tool}"));
-                let clash = if verbs::find(&gm_name).is_some() || RESERVED.contains(&gm_name.as_str()) {
+                let clash = if (self.native)(&gm_name) || RESERVED.contains(&gm_name.as_str()) {
                     Some("a native verb has that name")
                 } else if out.iter().any(|o| o.name == gm_name) {
                     Some("another child tool has that name")

@@ -204,7 +204,9 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
             jobs: jobs.clone(),
             scheduler: Scheduler::new(opts.max_inflight),
             blobs: Arc::new(Blobs::new(&state_dir)),
-            children: Children::start(&mcp_config, &workspace, log.clone(), mcp_config::depth()),
+            children: Children::start(&mcp_config, &workspace, log.clone(), mcp_config::depth(), |name| {
+                crate::verbs::find(name).is_some()
+            }),
         });
         log.do_send(Event::new(
             "start",

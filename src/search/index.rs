@@ -30,6 +30,7 @@ use tantivy::schema::{Field, IndexRecordOption, Schema, TextFieldIndexing, TextO
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy};
 
 use super::batch::{Batcher, Fields, LineDoc};
+pub use super::hit::{SearchHit, MAX_FILE_BYTES};
 use super::loc;
 use super::provisional::{self, IndexStats, ProvisionalFile};
 use super::tokenizer::{has_words, terms_query, words, CodeTokenizer};
@@ -48,8 +49,6 @@ fn rescan_min() -> Duration {
             .map_or(RESCAN_MIN, Duration::from_millis)
     })
 }
-/// Files larger than this are not indexed (generated or data files); they are counted.
-pub(super) const MAX_FILE_BYTES: u64 = 8 << 20;
 /// Bump when the schema or tokenizer changes: an older index is rebuilt.
 const FORMAT: u32 = 6;
 /// The heap of the writer that builds the index, split between tantivy's indexing threads.
@@ -98,19 +97,6 @@ struct FileState {
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct Payload {
     next_id: u64,
-}
-
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SearchHit {
-    pub path: String,
-    pub line: u64,
-    pub text: String,
-    pub score: f32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub before: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub after: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]

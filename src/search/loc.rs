@@ -17,7 +17,7 @@ pub const FIELD: &str = "loc";
 /// Bits of the line number. Files above the size cap are not indexed, and a file of that many
 /// bytes has fewer lines than this allows.
 const LINE_BITS: u32 = 24;
-const _: () = assert!(super::index::MAX_FILE_BYTES < 1 << LINE_BITS);
+const _: () = assert!(super::hit::MAX_FILE_BYTES < 1 << LINE_BITS);
 
 /// The packed location of line `line` of file `file`.
 pub fn pack(file: u64, line: u64) -> u64 {

@@ -5,6 +5,7 @@ pub mod batch;
 pub mod calls;
 pub mod classify;
 pub mod grep;
+pub mod hit;
 pub mod index;
 pub mod index_actor;
 pub mod loc;

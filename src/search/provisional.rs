@@ -1,6 +1,6 @@
 //! A provisional answer to a line search while the line index does not exist yet (the first
 //! search of a tree, a format change, a damaged index): one parallel pass over the files,
-//! ranked by BM25 the way [`super::index::LineIndex::search`] ranks, so the first query of a
+//! ranked by BM25 the way the line index (`index.rs`) ranks, so the first query of a
 //! large tree is answered in about the time of a grep instead of the index build's (~17 s on
 //! the Linux kernel).
 //!
@@ -29,7 +29,7 @@ use memchr::{memchr, memchr_iter, memrchr};
 use tantivy::fieldnorm::FieldNormReader;
 use tantivy::tokenizer::{TokenStream, Tokenizer};
 
-use super::index::{SearchHit, MAX_FILE_BYTES};
+use super::hit::{SearchHit, MAX_FILE_BYTES};
 use super::tokenizer::{has_words, words, CodeTokenizer};
 use super::tracked::Tracked;
 
@@ -75,7 +75,7 @@ impl ProvisionalFile {
     }
 }
 
-/// The `limit` best lines of `files` for `query`, as [`super::index::LineIndex::search`] would
+/// The `limit` best lines of `files` for `query`, as the line index's search would
 /// rank them, optionally only in files whose path starts with `prefix`. A query without any
 /// word finds nothing. Unreadable, binary (a NUL byte), non-UTF-8 and oversized files are
 /// skipped, as the index skips them.

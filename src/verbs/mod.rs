@@ -7,7 +7,7 @@
 
 pub mod ci;
 mod edit_diff;
-mod error;
+pub mod error;
 pub mod files;
 pub mod git;
 pub mod lines;

@@ -8,7 +8,7 @@ use rquickjs::loader::{Loader, Resolver};
 use rquickjs::{Ctx, Module};
 use serde_json::{json, Value as Json};
 
-use super::runtime::RunSlot;
+use super::slot::RunSlot;
 
 /// Finds and reads a CommonJS module for `require()`.
 pub(super) fn read_module(base: &Path, spec: &str, from: &str) -> Json {

@@ -20,6 +20,7 @@ mod errors;
 mod loader;
 mod pool;
 mod runtime;
+mod slot;
 
 use std::path::PathBuf;
 use std::sync::Arc;

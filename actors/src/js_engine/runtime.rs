@@ -11,7 +11,8 @@ use serde_json::value::RawValue;
 
 use super::errors::exception;
 use super::loader::{read_module, WorkspaceLoader, WorkspaceResolver};
-use super::{null_json, CancelToken, ConsoleLine, JsError, JsHost, MEMORY_LIMIT};
+use super::slot::RunSlot;
+use super::{null_json, CancelToken, ConsoleLine, JsError, MEMORY_LIMIT};
 
 const STACK_LIMIT: usize = 1 << 20;
 
@@ -26,27 +27,6 @@ pub(super) struct Warm {
     pub(super) ctx: AsyncContext,
     _rt: AsyncRuntime,
     pub(super) slot: Arc<RunSlot>,
-}
-
-/// What the host functions of a warm context need from the body they serve, filled in when
-/// the body starts.
-pub(super) struct RunSlot {
-    pub(super) host: Mutex<Option<Arc<dyn JsHost>>>,
-    pub(super) console: Mutex<Vec<ConsoleLine>>,
-    pub(super) deadline: Mutex<Option<Instant>>,
-    pub(super) cancel: Mutex<CancelToken>,
-}
-
-impl RunSlot {
-    pub(super) fn host(&self) -> Option<Arc<dyn JsHost>> {
-        self.host.lock().ok().and_then(|h| h.clone())
-    }
-
-    fn interrupted(&self) -> bool {
-        let cancelled = self.cancel.lock().map(|c| c.is_cancelled()).unwrap_or(false);
-        let late = self.deadline.lock().ok().and_then(|d| *d).is_some_and(|d| Instant::now() >= d);
-        cancelled || late
-    }
 }
 
 impl Warm {
