@@ -365,3 +365,26 @@ fn a_host_that_comes_back_at_once_continues_its_run_every_time() {
         assert_eq!((step["step"].as_u64(), &step["runId"]), (Some(round), &first["runId"]), "round {round}: {step}");
     }
 }
+
+#[test]
+fn a_host_killed_while_its_worker_starts_leaves_a_worker_the_next_host_joins() {
+    // With initialize answered before a worker is reached, a host may be gone before its
+    // worker listens (or locks the workspace); the next host must join that worker, not fail
+    // starting a second one. Run many times: the windows are a few milliseconds wide.
+    for round in 0..12 {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().canonicalize().unwrap();
+        let mut first = Gm::start_in(&ws, &[], &[]);
+        first.initialize("2025-11-25");
+        // SAFETY: kill(2) on the relay this test spawned.
+        unsafe { libc::kill(first.pid() as i32, libc::SIGKILL) };
+        std::thread::sleep(Duration::from_millis(round % 4));
+        let mut second = Gm::start_in(&ws, &[], &[]);
+        second.ready();
+        assert_eq!(second.js("return 1 + 1"), 2, "round {round}");
+        let workers: HashSet<u64> =
+            starts(&ws.join(".gm/log.jsonl")).iter().filter_map(|s| s["pid"].as_u64()).collect();
+        assert_eq!(workers.len(), 1, "round {round}: one worker started: {workers:?}");
+        common::stop_worker(&ws);
+    }
+}

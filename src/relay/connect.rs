@@ -126,7 +126,25 @@ impl Finder {
         if let Ok(stream) = UnixStream::connect(&socket) {
             return handshake(stream, hello);
         }
-        let pid = self.start_worker(restarts)?;
+        // A worker whose starter went away before it listened (a host killed while gm
+        // started) is still starting: wait for it rather than start a second one, which
+        // would refuse.
+        if let Some(stream) = wait_for_starting(&socket, &self.files.life_lock) {
+            return handshake(stream, hello);
+        }
+        let pid = match self.start_worker(restarts, &socket) {
+            Ok(Started::Ours(pid)) => pid,
+            Ok(Started::Theirs(stream)) => return handshake(stream, hello),
+            // Ours refused because another took the workspace as ours started (one whose
+            // starter went away just before it locked): that one is joined.
+            Err(e @ ConnectError::Startup { .. }) => {
+                return match wait_for_starting(&socket, &self.files.life_lock) {
+                    Some(stream) => handshake(stream, hello),
+                    None => Err(e),
+                };
+            }
+            Err(e) => return Err(e),
+        };
         let connected = UnixStream::connect(&socket)
             .map_err(|e| {
                 ConnectError::Other(format!("the worker (pid {pid}) said it was ready but its socket refuses: {e}"))
@@ -141,7 +159,7 @@ impl Finder {
 
     /// Starts a worker and waits until it listens; returns its pid. A worker that exits first
     /// is a startup error, with what it printed; its exit is recorded as a death.
-    fn start_worker(&self, restarts: usize) -> Result<u32, ConnectError> {
+    fn start_worker(&self, restarts: usize, socket: &std::path::Path) -> Result<Started, ConnectError> {
         let mut cmd = Command::new(&self.exe);
         cmd.arg("serve")
             .arg("--worker")
@@ -171,7 +189,17 @@ impl Finder {
                 kept
             })
             .ok();
-        let ready = wait_ready(stdout);
+        let ready = match wait_ready(stdout, socket, &self.files.life_lock, pid) {
+            Ready::Theirs(stream) => {
+                // Another worker took the workspace while ours waited for it to let go: ours
+                // has done nothing yet and goes; the other is joined.
+                let _ = child.kill();
+                let _ = child.wait();
+                return Ok(Started::Theirs(stream));
+            }
+            Ready::Ours => true,
+            Ready::Failed => false,
+        };
         let exits_file = self.files.exits.clone();
         if ready {
             // Reaped here while this relay lives, so its end is known to every relay.
@@ -187,7 +215,7 @@ impl Finder {
                     reaped.ended(pid, cause);
                 }
             });
-            return Ok(pid);
+            return Ok(Started::Ours(pid));
         }
         let _ = child.kill();
         let status = child.wait().map(|s| sys::exit_cause(&s)).unwrap_or_else(|_| "an unknown cause".into());
@@ -203,26 +231,81 @@ impl Finder {
     }
 }
 
-/// Waits for the worker's `ready` line; false when it closed its stdout (it exited) or took
-/// too long.
-fn wait_ready(stdout: std::process::ChildStdout) -> bool {
+/// Connects to a worker that holds its life lock but does not listen yet, once it does;
+/// `None` when no worker lives (or it never listens within [`READY_TIMEOUT`]).
+fn wait_for_starting(socket: &std::path::Path, life_lock: &std::path::Path) -> Option<UnixStream> {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    while sys::is_locked(life_lock) && Instant::now() < deadline {
+        if let Ok(stream) = UnixStream::connect(socket) {
+            return Some(stream);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    None
+}
+
+/// What became of a worker this relay started.
+enum Started {
+    /// It listens: its pid.
+    Ours(u32),
+    /// Another worker took the workspace first (one whose starter went away before it
+    /// locked it): a connection to that one.
+    Theirs(UnixStream),
+}
+
+enum Ready {
+    Ours,
+    Theirs(UnixStream),
+    /// It exited, or took too long.
+    Failed,
+}
+
+/// Waits for the worker's `ready` line. Meanwhile the socket is tried now and then: a worker
+/// that holds the workspace and is not `pid` (ours waits for it to let go, which a serving
+/// worker never does) is joined instead.
+fn wait_ready(
+    stdout: std::process::ChildStdout,
+    socket: &std::path::Path,
+    life_lock: &std::path::Path,
+    pid: u32,
+) -> Ready {
     use std::os::fd::AsRawFd;
+    const PROBE_EVERY: Duration = Duration::from_millis(20);
     let deadline = Instant::now() + READY_TIMEOUT;
     let fd = stdout.as_raw_fd();
     let mut reader = BufReader::new(stdout);
     let mut line = String::new();
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() || !sys::wait_readable(fd, left).unwrap_or(false) {
-            return false;
+        if left.is_zero() {
+            return Ready::Failed;
+        }
+        match sys::wait_readable(fd, left.min(PROBE_EVERY)) {
+            Ok(true) => {}
+            Ok(false) => {
+                if let Ok(stream) = UnixStream::connect(socket) {
+                    if holder_pid(life_lock).is_some_and(|holder| holder != pid) {
+                        return Ready::Theirs(stream);
+                    }
+                }
+                continue;
+            }
+            Err(_) => return Ready::Failed,
         }
         line.clear();
         match reader.read_line(&mut line) {
-            Ok(0) | Err(_) => return false,
-            Ok(_) if line.trim() == "ready" => return true,
+            Ok(0) | Err(_) => return Ready::Failed,
+            Ok(_) if line.trim() == "ready" => return Ready::Ours,
             Ok(_) => {}
         }
     }
+}
+
+/// The pid the workspace's life lock names (the worker that holds it writes it there).
+fn holder_pid(life_lock: &std::path::Path) -> Option<u32> {
+    let text = std::fs::read(life_lock).ok()?;
+    let holder: serde_json::Value = serde_json::from_slice(&text).ok()?;
+    holder["pid"].as_u64().and_then(|p| u32::try_from(p).ok())
 }
 
 /// Says hello and reads the answer.
