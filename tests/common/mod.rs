@@ -263,7 +263,13 @@ fn end_worker(workspace: &Path, signal: i32) {
     // SAFETY: kill(2) on the worker's pid, read from its own file.
     unsafe { libc::kill(pid, signal) };
     let deadline = std::time::Instant::now() + TIMEOUT;
-    while gm_actors::sys::is_locked(&life) {
+    // Gone once nobody holds the workspace, or another worker does (a connected host's relay
+    // may start one at once, before a poll sees the lock free).
+    let holder_now = || -> Option<i64> {
+        let text = std::fs::read(&life).ok()?;
+        serde_json::from_slice::<Value>(&text).ok()?["pid"].as_i64()
+    };
+    while gm_actors::sys::is_locked(&life) && holder_now() == Some(i64::from(pid)) {
         assert!(std::time::Instant::now() < deadline, "the worker {pid} did not stop");
         std::thread::sleep(Duration::from_millis(10));
     }
