@@ -451,3 +451,162 @@ fn the_status_page_opens_with_a_one_time_link() {
     assert_eq!(no_redirects.get(&link).send().expect("login").status(), StatusCode::SEE_OTHER);
     front.stop();
 }
+
+/// Debian's chromium, headless, driven over `--remote-debugging-pipe` (the DevTools protocol
+/// as NUL-ended JSON on fds 3 and 4: no port, no websocket).
+struct Chromium {
+    child: Child,
+    to: std::fs::File,
+    from: BufReader<std::fs::File>,
+    next: u64,
+    session: Option<String>,
+}
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+
+impl Chromium {
+    fn start(profile: &Path) -> Chromium {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        use std::os::unix::process::CommandExt;
+        let pipe = || {
+            let mut fds = [0; 2];
+            // SAFETY: pipe(2) into a two-int array.
+            assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0, "pipe");
+            // SAFETY: both fds were just made and are owned here.
+            unsafe { (std::fs::File::from_raw_fd(fds[0]), std::fs::File::from_raw_fd(fds[1])) }
+        };
+        let (their_in, to) = pipe();
+        let (from, their_out) = pipe();
+        let (cin, cout) = (their_in.as_raw_fd(), their_out.as_raw_fd());
+        let mut cmd = std::process::Command::new(CHROMIUM);
+        cmd.args(["--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-pipe", "--window-size=1200,1600"])
+            .arg(format!("--user-data-dir={}", profile.display()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        // SAFETY: only dup2 between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::dup2(cin, 3) < 0 || libc::dup2(cout, 4) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().expect("chromium starts");
+        drop((their_in, their_out));
+        Chromium { child, to, from: BufReader::new(from), next: 1, session: None }
+    }
+
+    /// Sends a DevTools command (to the attached page, once there is one) and returns its result.
+    fn call(&mut self, method: &str, params: Value) -> Value {
+        use std::io::Write;
+        let id = self.next;
+        self.next += 1;
+        let mut msg = json!({ "id": id, "method": method, "params": params });
+        if let Some(s) = &self.session {
+            msg["sessionId"] = json!(s);
+        }
+        let mut bytes = msg.to_string().into_bytes();
+        bytes.push(0);
+        self.to.write_all(&bytes).expect("write to chromium");
+        loop {
+            let mut buf = Vec::new();
+            let n = self.from.read_until(0, &mut buf).expect("read from chromium");
+            assert!(n > 0, "chromium closed its pipe");
+            buf.pop();
+            let reply: Value = serde_json::from_slice(&buf).expect("DevTools JSON");
+            if reply["id"] == id {
+                assert!(reply.get("error").is_none(), "{method}: {reply}");
+                return reply["result"].clone();
+            }
+        }
+    }
+
+    /// Opens `url` in a new page and attaches to it.
+    fn open(&mut self, url: &str) {
+        let target = self.call("Target.createTarget", json!({ "url": url }))["targetId"].clone();
+        let attached = self.call("Target.attachToTarget", json!({ "targetId": target, "flatten": true }));
+        self.session = attached["sessionId"].as_str().map(str::to_owned);
+    }
+
+    fn text(&mut self) -> String {
+        let r = self.call("Runtime.evaluate", json!({ "expression": "document.body ? document.body.innerText : ''" }));
+        r["result"]["value"].as_str().unwrap_or("").to_owned()
+    }
+
+    /// Waits until the page's text contains `what`.
+    fn wait_for(&mut self, what: &str) {
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let text = self.text();
+            if text.contains(what) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "the page never showed {what:?}: {text}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn screenshot(&mut self, path: &Path) {
+        let shot = self.call("Page.captureScreenshot", json!({ "format": "png" }));
+        let png = base64_decode(shot["data"].as_str().unwrap_or(""));
+        assert!(png.starts_with(b"\x89PNG"), "a PNG");
+        std::fs::write(path, png).expect("screenshot written");
+    }
+}
+
+impl Drop for Chromium {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn base64_decode(text: &str) -> Vec<u8> {
+    let value = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'+' => 62,
+        _ => 63,
+    };
+    let digits: Vec<u8> = text.bytes().filter(|&c| c != b'=' && !c.is_ascii_whitespace()).map(value).collect();
+    let mut out = Vec::with_capacity(digits.len() * 3 / 4);
+    for chunk in digits.chunks(4) {
+        let n = chunk.iter().enumerate().fold(0u32, |n, (i, &d)| n | (u32::from(d) << (18 - 6 * i)));
+        let bytes = n.to_be_bytes();
+        out.extend_from_slice(&bytes[1..chunk.len()]);
+    }
+    out
+}
+
+/// The status page in a real browser: it shows a running job's output, and a call made after
+/// it loaded appears in its timeline without a reload. The screenshot is kept in the build's
+/// temp folder (`target/tmp/http-status-page.png`).
+#[test]
+fn the_status_page_in_chromium() {
+    if !Path::new(CHROMIUM).exists() {
+        eprintln!("skipped: this test needs Debian's chromium at {CHROMIUM} (apt-get install chromium)");
+        return;
+    }
+    let (dir, ws) = workspace();
+    let front = Front::start(&ws, &[], &[]);
+    let session = front.ready();
+    // The command's text does not hold the words its output prints: they can only come from the tail.
+    let job = "return await gm.job_start({ name: 'pagejob', command: 'printf \"page-job-%s\\\\n\" output; sleep 30' })";
+    let started = front.call(&session, 3, "run_code", json!({ "code": job }));
+    assert_eq!(started["isError"], false, "{started}");
+
+    let mut browser = Chromium::start(&dir.path().join("chromium-profile"));
+    browser.open(&front.login);
+    browser.wait_for("page-job-output");
+    let marker = "late-marker-7d1";
+    front.call(&session, 4, "run_code", json!({ "code": format!("return '{marker}'") }));
+    browser.wait_for(marker);
+    let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("http-status-page.png");
+    browser.screenshot(&shot);
+    drop(browser);
+    front.call(&session, 5, "run_code", json!({ "code": "return await gm.job_stop({ name: 'pagejob' })" }));
+    front.stop();
+}

@@ -22,6 +22,8 @@ pub const TIMELINE_KEEP: usize = 200;
 pub const MAX_PAGES: usize = 16;
 /// How often the log file is looked at for new events.
 const TAIL_EVERY: Duration = Duration::from_millis(200);
+/// How much of each job's output the page shows.
+const TAIL_BYTES: u64 = 2048;
 /// How much of an existing log is read at the start, for the first events of the timeline.
 const TAIL_START: u64 = 256 << 10;
 
@@ -69,7 +71,10 @@ pub async fn status(State(front): State<Arc<Front>>, headers: HeaderMap) -> Resp
         return super::refuse(denied);
     }
     let workspace = front.files.workspace.clone();
-    let queried = tokio::task::spawn_blocking(move || crate::worker::status::query(&workspace)).await;
+    let queried = tokio::task::spawn_blocking(move || {
+        crate::worker::status::query(&workspace).map(|status| status.map(with_tails))
+    })
+    .await;
     let (status, error) = match queried {
         Ok(Ok(s)) => (s, None),
         Ok(Err(e)) => (None, Some(e.to_string())),
@@ -85,6 +90,27 @@ pub async fn status(State(front): State<Arc<Front>>, headers: HeaderMap) -> Resp
     });
     ([(header::CONTENT_TYPE, "application/json"), (header::CACHE_CONTROL, "no-store")], body.to_string())
         .into_response()
+}
+
+/// The status with each job's and body's output tail read from its log (the worker's list
+/// leaves them out: it is for `gm status`, which shows no output).
+fn with_tails(mut status: serde_json::Value) -> serde_json::Value {
+    use std::io::{Read, Seek, SeekFrom};
+    for key in ["jobs", "bodies"] {
+        let Some(items) = status.get_mut(key).and_then(|v| v.as_array_mut()) else { continue };
+        for item in items {
+            let Some(path) = item["logPath"].as_str().map(PathBuf::from) else { continue };
+            let Ok(mut file) = std::fs::File::open(&path) else { continue };
+            let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+            let mut tail = Vec::new();
+            if file.seek(SeekFrom::Start(len.saturating_sub(TAIL_BYTES))).is_ok()
+                && file.take(TAIL_BYTES).read_to_end(&mut tail).is_ok()
+            {
+                item["tail"] = json!(String::from_utf8_lossy(&tail));
+            }
+        }
+    }
+    status
 }
 
 /// The timeline: the log's kept events, then each new one.
