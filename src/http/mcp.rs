@@ -128,7 +128,7 @@ async fn open_session(front: &Arc<Front>, messages: Vec<Value>) -> Response {
             response.headers_mut().insert(SESSION_HEADER, v);
         }
     } else {
-        front.end_session(&link.id);
+        front.end_session(&link.id).await;
     }
     response
 }
@@ -157,8 +157,8 @@ async fn relay(front: &Front, link: &Arc<Link>, messages: Vec<Value>, batch: boo
             pending.push(link.expect(&id.to_string()));
         }
     }
-    if link.send(&lines).is_err() {
-        front.end_session(&link.id);
+    if link.send(&lines).await.is_err() {
+        front.end_session(&link.id).await;
         let id = messages[0].get("id").cloned().unwrap_or(Value::Null);
         return rpc_error(
             StatusCode::NOT_FOUND,
@@ -221,13 +221,13 @@ async fn stateless_post(front: &Arc<Front>, headers: &HeaderMap, message: Value)
         // its id mapped, and 2026-07-28 asks no questions (input-required results instead).
         let mut line = serde_json::to_vec(&message).unwrap_or_default();
         line.push(b'\n');
-        let _ = link.send(&line);
+        let _ = link.send(&line).await;
         return StatusCode::ACCEPTED.into_response();
     }
     let (message, mut pending) = link.expect_rewritten(message);
     let mut line = serde_json::to_vec(&message).unwrap_or_default();
     line.push(b'\n');
-    if link.send(&line).is_err() {
+    if link.send(&line).await.is_err() {
         return rpc_error(
             StatusCode::BAD_GATEWAY,
             id,
@@ -289,7 +289,7 @@ pub async fn delete(State(front): State<Arc<Front>>, headers: HeaderMap) -> Resp
     let Some(id) = header_str(&headers, SESSION_HEADER) else {
         return (StatusCode::BAD_REQUEST, "Mcp-Session-Id header required").into_response();
     };
-    if front.end_session(id) {
+    if front.end_session(id).await {
         (StatusCode::OK, Body::empty()).into_response()
     } else {
         (StatusCode::NOT_FOUND, "no such session").into_response()

@@ -127,9 +127,15 @@ impl Front {
     }
 
     /// Ends session `id` (its worker connection closes); false when there was none.
-    fn end_session(&self, id: &str) -> bool {
+    async fn end_session(&self, id: &str) -> bool {
         let link = lock(&self.sessions).remove(id);
-        link.map(|l| l.close()).is_some()
+        match link {
+            Some(link) => {
+                link.close().await;
+                true
+            }
+            None => false,
+        }
     }
 
     /// Connects to the worker (starting it when none runs) as session `hello.session`.
@@ -187,10 +193,10 @@ impl Front {
     async fn close_all(&self) {
         let links: Vec<Arc<Link>> = lock(&self.sessions).drain().map(|(_, l)| l).collect();
         for link in links {
-            link.close();
+            link.close().await;
         }
         if let Some(link) = self.stateless.lock().await.take() {
-            link.close();
+            link.close().await;
         }
     }
 }
@@ -232,8 +238,9 @@ fn start(opts: HttpOptions) -> Result<i32, HttpError> {
         .map_err(|source| HttpError::Workspace { path: files.state_dir.clone(), source })?;
     let _ = crate::gitignore::ignore_own_folder(&files.state_dir);
     let token = if opts.no_token { None } else { Some(auth::load_or_create(&files.state_dir.join("http.token"))?) };
-    // Two threads: the front routes bytes; the worker does the work.
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    // One thread: the front only routes bytes (the worker does the work), and an answer read
+    // from the worker reaches its waiting request without waking another thread.
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(serve(opts, workspace, files, addr, token))
 }
 

@@ -1,25 +1,22 @@
 //! One connection to the workspace's worker, as the relay has one: lines go to the worker's
-//! socket; a reader thread reads the worker's lines and hands each answer to the POST waiting
+//! socket; a reader task (on the front's one thread, so an answer reaches its POST without a
+//! wake-up of another thread) reads the worker's lines and hands each answer to the POST waiting
 //! for it (by id) and everything else — notifications, the worker's own requests — to the
 //! session's SSE stream. An MCP session over HTTP is one such link; the stateless 2026-07-28
 //! requests share one more, whose ids the front rewrites so clients cannot collide.
 
-use gm_actors::sys::local::Stream as UnixStream;
 use std::collections::HashMap;
-use std::io::{BufRead, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use gm_actors::sys::local::WriteHalf;
 use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::oneshot;
 
 use super::sse::Events;
 use crate::relay::connect::Connection;
 use crate::relay::peek::{id_key, Peek};
-
-/// Lines longer than this are written off the async threads (a worker busy elsewhere may take a
-/// while to read them all).
-const BIG_LINE: usize = 64 << 10;
 
 /// Someone waiting for the answer to a call.
 struct Waiter {
@@ -31,7 +28,7 @@ struct Waiter {
 pub struct Link {
     /// The session id, also the worker's session id (the hello's).
     pub id: String,
-    writer: Mutex<UnixStream>,
+    writer: tokio::sync::Mutex<WriteHalf>,
     waiting: Mutex<HashMap<String, Waiter>>,
     /// Where the worker's unasked messages go; `None` for the stateless link.
     pub events: Option<Arc<Events>>,
@@ -69,17 +66,25 @@ impl Drop for Pending {
 }
 
 impl Link {
-    /// Takes over `conn` and starts its reader; `gone` runs once the worker closes it.
+    /// Takes over `conn` (made blocking by the connect, which may start a worker) and starts its
+    /// reader task; `gone` runs once the worker closes it.
     pub fn start(
         id: String,
         conn: Connection,
         events: Option<Arc<Events>>,
         gone: impl FnOnce(&str) + Send + 'static,
     ) -> std::io::Result<Arc<Link>> {
-        let Connection { mut reader, writer, .. } = conn;
+        let Connection { reader, writer, .. } = conn;
+        // What the welcome's read took beyond its line (nothing, as the worker says nothing
+        // before the session speaks, but kept all the same).
+        let early = reader.buffer().to_vec();
+        drop(writer); // the same socket as the reader's
+        let stream = reader.into_inner();
+        stream.set_nonblocking(true)?;
+        let (read, write) = tokio::net::UnixStream::from_std(stream)?.into_split();
         let link = Arc::new(Link {
             id,
-            writer: Mutex::new(writer),
+            writer: tokio::sync::Mutex::new(write),
             waiting: Mutex::new(HashMap::new()),
             events,
             closed: AtomicBool::new(false),
@@ -87,11 +92,12 @@ impl Link {
             protocol: Mutex::new(None),
         });
         let reading = link.clone();
-        std::thread::Builder::new().name("gm-http-worker".into()).spawn(move || {
+        tokio::spawn(async move {
+            let mut reader = tokio::io::BufReader::with_capacity(1 << 16, early.chain(read));
             let mut line = Vec::with_capacity(4096);
             loop {
                 line.clear();
-                match reader.read_until(b'\n', &mut line) {
+                match reader.read_until(b'\n', &mut line).await {
                     Ok(0) | Err(_) => break,
                     Ok(_) => reading.route(&line),
                 }
@@ -99,7 +105,7 @@ impl Link {
             reading.closed.store(true, Ordering::Release);
             reading.fail_waiting();
             gone(&reading.id);
-        })?;
+        });
         Ok(link)
     }
 
@@ -162,22 +168,19 @@ impl Link {
         (message, Pending { link: self.clone(), key, reply: rx })
     }
 
-    /// Writes `lines` (each ending in a newline) to the worker.
-    pub fn send(&self, lines: &[u8]) -> std::io::Result<()> {
+    /// Writes `lines` (each ending in a newline) to the worker; a worker slow to read holds
+    /// this session's writes only.
+    pub async fn send(&self, lines: &[u8]) -> std::io::Result<()> {
         if self.is_closed() {
             return Err(std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the worker closed this session"));
         }
-        let write = || lock(&self.writer).write_all(lines);
-        if lines.len() > BIG_LINE {
-            tokio::task::block_in_place(write)
-        } else {
-            write()
-        }
+        self.writer.lock().await.write_all(lines).await
     }
 
-    /// Ends the session: the worker sees its connection close and ends it (`session-end`).
-    pub fn close(&self) {
-        let _ = lock(&self.writer).shutdown(std::net::Shutdown::Both);
+    /// Ends the session: the worker reads the end of its connection and ends it
+    /// (`session-end`), then closes its side, which ends the reader task.
+    pub async fn close(&self) {
+        let _ = self.writer.lock().await.shutdown().await;
     }
 }
 

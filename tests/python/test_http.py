@@ -25,7 +25,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-GM_BIN = os.environ.get("GM_BIN") or str(REPO_ROOT / "target/debug/gm")
+GM_BIN = str(Path(os.environ.get("GM_BIN") or REPO_ROOT / "target/debug/gm").resolve())
 NO_CHILD_SERVERS = str(REPO_ROOT / "tests/fixtures/no-child-servers")
 SKILL_URI = "skill://gm/SKILL.md"
 TIMEOUT_S = 30.0
