@@ -221,6 +221,9 @@ pub fn run(opts: HttpOptions) -> i32 {
 }
 
 fn start(opts: HttpOptions) -> Result<i32, HttpError> {
+    // As the relay: a small process whose first arena would otherwise be resident 2 MB at a
+    // time (a worker it starts turns them back on).
+    gm_actors::sys::huge_pages(false);
     let workspace = std::fs::canonicalize(&opts.session.workspace)
         .map_err(|source| HttpError::Workspace { path: opts.session.workspace.clone(), source })?;
     if let Some(named) = &opts.session.mcp_config {
