@@ -77,11 +77,15 @@ impl Front {
 
     /// A POST to /mcp with the token and, when given, the session.
     fn post(&self, session: Option<&str>, body: &Value) -> RequestBuilder {
+        self.post_accepting(session, body, "application/json, text/event-stream")
+    }
+
+    fn post_accepting(&self, session: Option<&str>, body: &Value, accept: &str) -> RequestBuilder {
         let mut req = self
             .client
             .post(&self.url)
             .bearer_auth(&self.token)
-            .header("accept", "application/json, text/event-stream")
+            .header("accept", accept)
             .header("content-type", "application/json")
             .body(body.to_string());
         if let Some(s) = session {
@@ -324,8 +328,10 @@ fn the_get_stream_carries_notifications_and_resumes() {
     let call = json!({ "jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {
         "name": "run_code", "arguments": { "code": "await new Promise(r => setTimeout(r, 450)); return 1" },
         "_meta": { "progressToken": "body" } } });
-    let (status, reply) = front.send(Some(&session), &call);
-    assert_eq!(status, StatusCode::OK, "{reply}");
+    // A client that takes JSON only: the call's progress goes to the GET stream.
+    let r = front.post_accepting(Some(&session), &call, "application/json").send().expect("answered");
+    assert_eq!(r.status(), StatusCode::OK);
+    let reply: Value = r.json().expect("JSON");
     assert_eq!(reply["result"]["structuredContent"]["result"], 1, "{reply}");
     let (first_id, first) = events.recv_timeout(TIMEOUT).expect("a notification on the GET stream");
     assert_eq!(first["method"], "notifications/progress", "{first}");
@@ -348,6 +354,41 @@ fn the_get_stream_carries_notifications_and_resumes() {
         .send()
         .expect("answered");
     assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    front.stop();
+}
+
+/// A call that asks for progress, from a client that takes SSE, is answered with a stream of its
+/// progress notifications and then its reply.
+#[test]
+fn a_post_streams_its_progress_then_its_reply() {
+    let (_dir, ws) = workspace();
+    let front = Front::start(&ws, &[], &[("GM_PROGRESS_INTERVAL_MS", "100")]);
+    let session = front.ready();
+    let events = front.stream(&session, None);
+    let call = json!({ "jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {
+        "name": "run_code", "arguments": { "code": "await new Promise(r => setTimeout(r, 450)); return 2" },
+        "_meta": { "progressToken": 77 } } });
+    let r = front.post(Some(&session), &call).send().expect("answered");
+    assert_eq!(r.status(), StatusCode::OK);
+    assert!(r.headers()["content-type"].to_str().unwrap_or("").starts_with("text/event-stream"));
+    let messages: Vec<Value> = r
+        .text()
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .map(|d| serde_json::from_str(d.trim()).expect("JSON data"))
+        .collect();
+    let (last, notes) = messages.split_last().expect("messages");
+    assert_eq!(last["id"], 6, "the reply comes last: {messages:?}");
+    assert_eq!(last["result"]["structuredContent"]["result"], 2, "{last}");
+    assert!(!notes.is_empty(), "progress before the reply: {messages:?}");
+    for n in notes {
+        assert_eq!(
+            (n["method"].as_str(), n["params"]["progressToken"].as_i64()),
+            (Some("notifications/progress"), Some(77))
+        );
+    }
+    assert!(events.try_recv().is_err(), "the progress went to the POST, not the GET stream");
     front.stop();
 }
 

@@ -9,6 +9,7 @@ use std::time::Duration;
 use axum::body::{Body, Bytes};
 use axum::extract::{FromRequest, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
@@ -90,6 +91,11 @@ pub async fn post(State(front): State<Arc<Front>>, req: Request) -> Response {
         }
         // One message whose text is already one line goes on as the client wrote it.
         let raw = (!batch && !body.contains(&b'\n')).then_some(body);
+        let accepts_sse =
+            header_str(&headers, header::ACCEPT.as_str()).is_some_and(|a| a.contains("text/event-stream"));
+        if let (false, true, Some(token)) = (batch, accepts_sse, progress_token(&messages[0])) {
+            return relay_streamed(&front, &link, messages, raw, token).await;
+        }
         return relay(&front, &link, messages, batch, raw).await;
     }
     if initialize {
@@ -188,6 +194,53 @@ async fn relay(front: &Front, link: &Arc<Link>, messages: Vec<Value>, batch: boo
     }
     body.push(b']');
     json_response(body)
+}
+
+fn progress_token(m: &Value) -> Option<Value> {
+    m.pointer("/params/_meta/progressToken").filter(|_| is_request(m)).cloned()
+}
+
+/// A request that asked for progress, from a client that takes SSE: the answer is a
+/// `text/event-stream` of its progress notifications, then its reply, then the end.
+async fn relay_streamed(
+    front: &Front,
+    link: &Arc<Link>,
+    messages: Vec<Value>,
+    raw: Option<Bytes>,
+    token: Value,
+) -> Response {
+    let following = link.follow_progress(&token);
+    let mut lines = match raw {
+        Some(raw) => raw.to_vec(),
+        None => serde_json::to_vec(&messages[0]).unwrap_or_default(),
+    };
+    if !lines.ends_with(b"\n") {
+        lines.push(b'\n');
+    }
+    let id = messages[0].get("id").cloned().unwrap_or(Value::Null);
+    let pending = link.expect(&id.to_string());
+    if link.send(&lines).await.is_err() {
+        front.end_session(&link.id).await;
+        return rpc_error(
+            StatusCode::NOT_FOUND,
+            id,
+            -32001,
+            "the session ended (the worker closed it): initialize again",
+        );
+    }
+    let stream = futures::stream::unfold(Some((following, pending)), |state| async move {
+        let (mut following, mut pending) = state?;
+        // Progress first: the reader routed each before the reply that followed it.
+        let data: Arc<str> = tokio::select! {
+            biased;
+            Some(note) = following.rx.recv() => {
+                return Some((Ok::<_, std::convert::Infallible>(Event::default().data(&*note)), Some((following, pending))));
+            }
+            reply = pending.wait() => String::from_utf8_lossy(&reply.unwrap_or_default()).into(),
+        };
+        Some((Ok(Event::default().data(&*data)), None))
+    });
+    Sse::new(stream).into_response()
 }
 
 /// A 2026-07-28 request without a session, on the shared link.

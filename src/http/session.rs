@@ -35,6 +35,8 @@ pub struct Link {
     closed: AtomicBool,
     /// The stateless link's ids on the worker's side.
     next_id: AtomicU64,
+    /// Calls whose progress goes to their own POST's stream, by progress token (its JSON text).
+    progress: Mutex<HashMap<String, tokio::sync::mpsc::UnboundedSender<Arc<str>>>>,
     /// The client's protocol version from `initialize` (for the `MCP-Protocol-Version` check).
     pub protocol: Mutex<Option<String>>,
 }
@@ -48,6 +50,19 @@ pub struct Pending {
     link: Arc<Link>,
     key: String,
     reply: oneshot::Receiver<Vec<u8>>,
+}
+
+/// A call's progress notifications, routed to its POST.
+pub struct Following {
+    link: Arc<Link>,
+    key: String,
+    pub rx: tokio::sync::mpsc::UnboundedReceiver<Arc<str>>,
+}
+
+impl Drop for Following {
+    fn drop(&mut self) {
+        lock(&self.link.progress).remove(&self.key);
+    }
 }
 
 impl Pending {
@@ -89,6 +104,7 @@ impl Link {
             events,
             closed: AtomicBool::new(false),
             next_id: AtomicU64::new(1),
+            progress: Mutex::new(HashMap::new()),
             protocol: Mutex::new(None),
         });
         let reading = link.clone();
@@ -126,9 +142,30 @@ impl Link {
             let _ = waiter.reply.send(line);
             return;
         }
-        if let Some(events) = &self.events {
-            events.push(String::from_utf8_lossy(line).into());
+        let text: Arc<str> = String::from_utf8_lossy(line).into();
+        if peek.method.as_deref() == Some("notifications/progress") {
+            let token = serde_json::from_slice::<Value>(line)
+                .ok()
+                .and_then(|v| v.pointer("/params/progressToken").map(Value::to_string));
+            let follower = token.and_then(|t| lock(&self.progress).get(&t).cloned());
+            if let Some(follower) = follower {
+                if follower.send(text.clone()).is_ok() {
+                    return;
+                }
+            }
         }
+        if let Some(events) = &self.events {
+            events.push(text);
+        }
+    }
+
+    /// Sends the progress notifications of `token` to the returned receiver (the POST's SSE
+    /// stream) instead of the session's GET stream, until the guard is dropped.
+    pub fn follow_progress(self: &Arc<Self>, token: &Value) -> Following {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let key = token.to_string();
+        lock(&self.progress).insert(key.clone(), tx);
+        Following { link: self.clone(), key, rx }
     }
 
     /// Every call still waiting when the worker closed the session gets an error answer.
