@@ -305,6 +305,41 @@ fn refusals() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("loopback address only"), "{out:?}");
 }
 
+/// A client that sends its headers or its body too slowly is cut off, and does not hold up
+/// the others meanwhile.
+#[test]
+fn slow_clients_are_cut_off() {
+    use std::io::{Read, Write};
+    let (_dir, ws) = workspace();
+    let env = [("GM_HTTP_HEADER_TIMEOUT_MS", "500"), ("GM_HTTP_BODY_TIMEOUT_MS", "500")];
+    let front = Front::start(&ws, &[], &env);
+    let host = front.host();
+    // Headers never finished: the connection is closed.
+    let mut headers = std::net::TcpStream::connect(&host).expect("connect");
+    headers.write_all(b"POST /mcp HTTP/1.1\r\nHost: ").expect("write");
+    // A body that never arrives whole: 408.
+    let mut body = std::net::TcpStream::connect(&host).expect("connect");
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"jsonrpc\"",
+        front.token
+    );
+    body.write_all(head.as_bytes()).expect("write");
+    // Meanwhile another client is served.
+    let session = front.initialize();
+    assert!(!session.is_empty());
+    for (name, mut stream) in [("headers", headers), ("body", body)] {
+        stream.set_read_timeout(Some(TIMEOUT)).expect("timeout");
+        let mut answer = String::new();
+        let started = Instant::now();
+        let _ = stream.read_to_string(&mut answer);
+        assert!(started.elapsed() < Duration::from_secs(10), "{name}: closed within the deadline");
+        if name == "body" {
+            assert!(answer.starts_with("HTTP/1.1 408"), "{name}: {answer}");
+        }
+    }
+    front.stop();
+}
+
 #[test]
 fn no_token_on_loopback() {
     let (_dir, ws) = workspace();

@@ -25,8 +25,9 @@ pub const STATELESS: &str = "2026-07-28";
 const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 /// The revisions whose `MCP-Protocol-Version` header the front accepts.
 const KNOWN_VERSIONS: [&str; 5] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", STATELESS];
-/// A body must arrive within this (a client sending a byte a minute holds no task for long).
-const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+/// A body must arrive within this (a client sending a byte a minute holds no task for long;
+/// `GM_HTTP_BODY_TIMEOUT_MS` sets another, for tests).
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A JSON-RPC error as an HTTP response.
 fn rpc_error(status: StatusCode, id: Value, code: i64, message: impl Into<String>) -> Response {
@@ -55,7 +56,7 @@ pub async fn post(State(front): State<Arc<Front>>, req: Request) -> Response {
         return super::refuse(denied);
     }
     let headers = req.headers().clone();
-    let body = match tokio::time::timeout(BODY_TIMEOUT, Bytes::from_request(req, &())).await {
+    let body = match tokio::time::timeout(front.body_timeout, Bytes::from_request(req, &())).await {
         Err(_) => return (StatusCode::REQUEST_TIMEOUT, "the request body came too slowly").into_response(),
         Ok(Err(rejection)) => return rejection.into_response(),
         Ok(Ok(body)) => body,

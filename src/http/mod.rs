@@ -46,6 +46,20 @@ use crate::worker::paths::Files;
 const MAX_SESSIONS: usize = 64;
 /// GET streams open at once per session.
 const MAX_STREAMS: usize = 4;
+/// HTTP connections open at once.
+const MAX_CONNECTIONS: usize = 512;
+/// How long a client may take to send a request's headers (`GM_HTTP_HEADER_TIMEOUT_MS` sets
+/// another, for tests).
+const HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A duration in milliseconds from the environment, else `default`.
+fn env_ms(name: &str, default: std::time::Duration) -> std::time::Duration {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|&ms| ms > 0)
+        .map_or(default, std::time::Duration::from_millis)
+}
 /// Server messages kept per session for `Last-Event-ID`.
 const REPLAY_KEEP: usize = 256;
 
@@ -105,6 +119,7 @@ pub struct Front {
     timeline: Arc<Events>,
     /// Where the front listens, for the page.
     url: String,
+    body_timeout: std::time::Duration,
     me: Weak<Front>,
 }
 
@@ -289,6 +304,7 @@ async fn serve(
         codes: LoginCodes::new(&files.state_dir),
         timeline: timeline.clone(),
         url: url.clone(),
+        body_timeout: env_ms("GM_HTTP_BODY_TIMEOUT_MS", mcp::BODY_TIMEOUT),
         me: me.clone(),
     });
     let info = files.state_dir.join("http.json");
@@ -309,13 +325,46 @@ async fn serve(
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(opts.session.max_line_bytes))
         .with_state(front.clone());
-    let served = tokio::select! {
-        served = axum::serve(listener, app) => served.map(|()| 0),
-        signal = stop_signal() => Ok(signal.map_or(0, |s| 128 + s)),
+    let code = tokio::select! {
+        () = accept(listener, app) => 0,
+        signal = stop_signal() => signal.map_or(0, |s| 128 + s),
     };
     front.close_all().await;
     let _ = std::fs::remove_file(&info);
-    Ok(served?)
+    Ok(code)
+}
+
+/// Serves each connection with hyper (HTTP/1.1 with keep-alive), with what `axum::serve` does
+/// not set: a deadline for a request's headers (a client sending a byte a second holds no
+/// connection for long) and a cap on connections open at once.
+async fn accept(listener: tokio::net::TcpListener, app: Router) {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::service::TowerToHyperService;
+    let open = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let header_timeout = env_ms("GM_HTTP_HEADER_TIMEOUT_MS", HEADER_TIMEOUT);
+    loop {
+        let Ok(permit) = open.clone().acquire_owned().await else { return };
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of file descriptors and the like: wait a moment rather than spin.
+                eprintln!("gm: accepting a connection: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        // Answers are written whole; small SSE events must not wait for an ACK.
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(app.clone());
+        tokio::spawn(async move {
+            let _ = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_timeout)
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+            drop(permit);
+        });
+    }
 }
 
 /// SIGINT or SIGTERM (its number); never when they cannot be watched.
