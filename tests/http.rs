@@ -251,6 +251,31 @@ fn a_session_runs_code_and_ends_with_delete() {
     front.stop();
 }
 
+/// A session whose worker dies ends with it: its next request gets 404, and a new
+/// `initialize` starts a new worker.
+#[test]
+fn a_session_ends_with_its_worker() {
+    let (_dir, ws) = workspace();
+    let front = Front::start(&ws, &[], &[]);
+    let session = front.ready();
+    common::kill_worker(&ws);
+    let list = json!({ "jsonrpc": "2.0", "id": 4, "method": "tools/list" });
+    wait_until("the ended session's requests get 404", || {
+        let (status, reply) = front.send(Some(&session), &list);
+        assert!(matches!(status, StatusCode::NOT_FOUND | StatusCode::OK), "{status}: {reply}");
+        // A request written in the instant the worker died is answered with an error.
+        if status == StatusCode::OK {
+            assert_eq!(reply["error"]["code"], -32603, "{reply}");
+        }
+        status == StatusCode::NOT_FOUND
+    });
+    let again = front.ready();
+    assert_ne!(again, session);
+    let result = front.call(&again, 3, "run_code", json!({ "code": "return await gm.stat_file({ path: 'a.txt' })" }));
+    assert_eq!(result["isError"], false, "{result}");
+    front.stop();
+}
+
 #[test]
 fn refusals() {
     let (_dir, ws) = workspace();
