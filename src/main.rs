@@ -369,11 +369,19 @@ fn report<T: serde::Serialize, E: std::fmt::Display>(command: &str, result: Resu
 fn status(workspace: &std::path::Path, json_out: bool) -> ExitCode {
     match gm::worker::status::query(workspace) {
         Ok(status) => {
+            let http = gm::http::front_info(workspace);
             if json_out {
-                let v = json!({ "workspace": workspace, "running": status.is_some(), "status": status });
+                let v = json!({ "workspace": workspace, "running": status.is_some(), "status": status, "http": http });
                 println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
             } else {
                 print!("{}", gm::worker::status::render(workspace, status.as_ref()));
+                if let Some(h) = http {
+                    println!(
+                        "http    {}  pid {}  (status page: gm status --open)",
+                        h["url"].as_str().unwrap_or("?"),
+                        h["pid"]
+                    );
+                }
             }
             if status.is_some() {
                 ExitCode::SUCCESS

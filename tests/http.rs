@@ -479,6 +479,7 @@ fn http_and_stdio_sessions_share_one_worker() {
     let status: Value = serde_json::from_slice(&out.stdout).expect("JSON");
     let listed = status["status"]["sessions"].as_array().map_or(0, Vec::len);
     assert_eq!(listed, 2, "{status}");
+    assert_eq!(status["http"]["url"], front.url.as_str(), "gm status names the front: {status}");
     stdio.close_stdin();
     stdio.wait_exit(TIMEOUT).expect("the relay exits");
     front.stop();

@@ -395,18 +395,22 @@ fn worker_args(s: &RelayOptions, workspace: &std::path::Path) -> Vec<std::ffi::O
     args
 }
 
-/// Where the workspace's front listens and a fresh one-time link to its status page, for
-/// `gm status --open`; `None` when no front runs there.
+/// What `.gm/http.json` says of the workspace's running front (`url`, `pid`, `port`, `page`);
+/// `None` when none runs there.
+pub fn front_info(workspace: &std::path::Path) -> Option<serde_json::Value> {
+    let bytes = std::fs::read(workspace.join(".gm").join("http.json")).ok()?;
+    let info: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    let pid = u32::try_from(info["pid"].as_u64()?).ok()?;
+    gm_actors::sys::process_exists(pid).then_some(info)
+}
+
+/// A fresh one-time link to the status page of the workspace's front, for `gm status --open`;
+/// `None` when no front runs there.
 pub fn open_link(workspace: &std::path::Path) -> Result<Option<String>, std::io::Error> {
-    let state_dir = workspace.join(".gm");
-    let info: serde_json::Value = match std::fs::read(state_dir.join("http.json")) {
-        Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_default(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
+    let Some(page) = front_info(workspace).and_then(|i| i["page"].as_str().map(str::to_owned)) else {
+        return Ok(None);
     };
-    let alive = info["pid"].as_u64().is_some_and(|pid| gm_actors::sys::process_exists(pid as u32));
-    let Some(page) = info["page"].as_str().filter(|_| alive) else { return Ok(None) };
-    let code = LoginCodes::new(&state_dir).mint()?;
+    let code = LoginCodes::new(&workspace.join(".gm")).mint()?;
     Ok(Some(format!("{page}login?t={code}")))
 }
 
