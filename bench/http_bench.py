@@ -185,6 +185,8 @@ def main():
     subprocess.run(["git", "init", "-q"], cwd=ws, check=True)
     open(os.path.join(ws, "a.txt"), "w").write("hello\n")
     front, url, token = start_front(gm, ws)
+    time.sleep(0.5)
+    fresh_front = rss_kib(front.pid)
     try:
         stdio = Stdio(gm, ws)
         web = Http(url, token)
@@ -223,7 +225,7 @@ def main():
 
         time.sleep(2)
         worker = json.load(open(os.path.join(ws, ".gm", "worker.pid")))["pid"]
-        print(f"3. idle RSS: HTTP front {rss_kib(front.pid) / 1024:.1f} MiB, stdio relay {rss_kib(stdio.p.pid) / 1024:.1f} MiB, "
+        print(f"3. idle RSS: HTTP front {fresh_front / 1024:.1f} MiB at its start, {rss_kib(front.pid) / 1024:.1f} MiB after the runs; stdio relay {rss_kib(stdio.p.pid) / 1024:.1f} MiB, "
               f"worker {rss_kib(worker) / 1024:.1f} MiB")
         web.close()
         stdio.close()
