@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 
 use super::session::Link;
 use super::{sse, Front};
+use crate::relay::peek::Peek;
 
 pub const SESSION_HEADER: &str = "mcp-session-id";
 pub const VERSION_HEADER: &str = "mcp-protocol-version";
@@ -61,6 +62,9 @@ pub async fn post(State(front): State<Arc<Front>>, req: Request) -> Response {
         Ok(Err(rejection)) => return rejection.into_response(),
         Ok(Ok(body)) => body,
     };
+    if let Some(answered) = fast_session_post(&front, &headers, &body).await {
+        return answered;
+    }
     let parsed: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => return rpc_error(StatusCode::BAD_REQUEST, Value::Null, -32700, format!("not JSON: {e}")),
@@ -115,6 +119,37 @@ pub async fn post(State(front): State<Arc<Front>>, req: Request) -> Response {
         return stateless_post(&front, &headers, messages.into_iter().next().unwrap_or_default()).await;
     }
     rpc_error(StatusCode::BAD_REQUEST, first_id, -32600, "Mcp-Session-Id header required (initialize first)")
+}
+
+/// The common case — one message of a session, on one line, that asks for no progress — read
+/// as the relay reads a line (its id and method, `relay::peek`) and passed on as written, not
+/// parsed into a tree and written again. `None`: the general path decides.
+async fn fast_session_post(front: &Front, headers: &HeaderMap, body: &Bytes) -> Option<Response> {
+    let id = header_str(headers, SESSION_HEADER)?;
+    if header_str(headers, VERSION_HEADER).is_some_and(|v| !KNOWN_VERSIONS.contains(&v))
+        || body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{')
+        || body.contains(&b'\n')
+        || memchr::memmem::find(body, b"progressToken").is_some()
+        || serde_json::from_slice::<serde::de::IgnoredAny>(body).is_err()
+    {
+        return None;
+    }
+    let peek = Peek::of(body);
+    if peek.method.as_deref() == Some("initialize") {
+        return None;
+    }
+    let link = front.session(id)?;
+    let mut pending = peek.id.as_deref().filter(|_| peek.is_request()).map(|raw| link.expect(raw));
+    let mut line = Vec::with_capacity(body.len() + 1);
+    line.extend_from_slice(body);
+    line.push(b'\n');
+    if link.send(&line).await.is_err() {
+        return None; // the general path answers for an ended session
+    }
+    Some(match pending.as_mut() {
+        None => StatusCode::ACCEPTED.into_response(),
+        Some(p) => json_response(p.wait().await.unwrap_or_default()),
+    })
 }
 
 /// `initialize`: a new worker connection whose session id names the MCP session.
