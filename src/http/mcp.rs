@@ -162,8 +162,6 @@ async fn open_session(front: &Arc<Front>, messages: Vec<Value>) -> Response {
         }
         Err(e) => return rpc_error(StatusCode::BAD_GATEWAY, id, -32603, e.to_string()),
     };
-    let version = messages[0].pointer("/params/protocolVersion").and_then(Value::as_str).map(str::to_owned);
-    *link.protocol.lock().unwrap_or_else(|p| p.into_inner()) = version;
     let mut response = relay(front, &link, messages, false, None).await;
     if response.status() == StatusCode::OK {
         if let Ok(v) = HeaderValue::from_str(&link.id) {

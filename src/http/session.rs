@@ -37,8 +37,6 @@ pub struct Link {
     next_id: AtomicU64,
     /// Calls whose progress goes to their own POST's stream, by progress token (its JSON text).
     progress: Mutex<HashMap<String, tokio::sync::mpsc::UnboundedSender<Arc<str>>>>,
-    /// The client's protocol version from `initialize` (for the `MCP-Protocol-Version` check).
-    pub protocol: Mutex<Option<String>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -105,7 +103,6 @@ impl Link {
             closed: AtomicBool::new(false),
             next_id: AtomicU64::new(1),
             progress: Mutex::new(HashMap::new()),
-            protocol: Mutex::new(None),
         });
         let reading = link.clone();
         tokio::spawn(async move {
