@@ -15,6 +15,7 @@ pub mod dist;
 pub mod docs;
 pub mod git;
 pub mod gitignore;
+pub mod http;
 pub mod install;
 pub mod js;
 pub mod mcp_config;

@@ -79,6 +79,27 @@ fn cli() -> Command {
                         .hide(true),
                 )
                 .arg(
+                    Arg::new("http")
+                        .long("http")
+                        .value_name("ADDR")
+                        .num_args(0..=1)
+                        .default_missing_value("127.0.0.1:0")
+                        .help("Serve Streamable HTTP at http://ADDR/mcp instead of stdio [ADDR default: 127.0.0.1:0, a free port]; loopback only unless --http-allow-remote"),
+                )
+                .arg(
+                    Arg::new("http-allow-remote")
+                        .long("http-allow-remote")
+                        .action(ArgAction::SetTrue)
+                        .help("Let --http listen on an address other machines can reach (the token guards it)"),
+                )
+                .arg(
+                    Arg::new("http-token")
+                        .long("http-token")
+                        .value_name("none")
+                        .value_parser(["none"])
+                        .help("`none`: no bearer token for --http (loopback only), for clients that cannot send one"),
+                )
+                .arg(
                     Arg::new("page-size")
                         .long("page-size")
                         .value_parser(value_parser!(usize))
@@ -101,7 +122,13 @@ fn cli() -> Command {
         Command::new("status")
             .about("Show the workspace's worker: its build, sessions, jobs, background bodies and child servers")
             .arg(workspace_arg())
-            .arg(Arg::new("json").long("json").action(ArgAction::SetTrue).help("Print the status as JSON")),
+            .arg(Arg::new("json").long("json").action(ArgAction::SetTrue).help("Print the status as JSON"))
+            .arg(
+                Arg::new("open")
+                    .long("open")
+                    .action(ArgAction::SetTrue)
+                    .help("Print a one-time link to the status page of the workspace's `gm serve --http`"),
+            ),
     );
     cmd = cmd.subcommand(
         Command::new("docs").about("Print a reference table of gm as markdown, from the code itself").arg(
@@ -202,17 +229,27 @@ fn main() -> ExitCode {
     let Some((name, sub)) = matches.subcommand() else { return ExitCode::from(2) };
     if name == "serve" {
         let worker = sub.get_one::<u32>("worker").copied();
-        if worker.is_none() && !sub.get_flag("no-relay") {
-            let code = gm::relay::run(gm::relay::RelayOptions {
-                serve_args: std::env::args_os().skip(2).collect(),
-                workspace: workspace_of(sub),
-                surface: sub.get_one::<Surface>("surface").copied().unwrap_or(Surface::Code),
-                max_line_bytes: sub.get_one::<usize>("max-line-bytes").copied().unwrap_or(DEFAULT_MAX_LINE_BYTES),
-                page_size: sub.get_one::<usize>("page-size").copied().unwrap_or(DEFAULT_PAGE_SIZE),
-                step_budget: sub.get_one::<u64>("step-budget").copied().unwrap_or(DEFAULT_STEP_BUDGET),
-                max_inflight: sub.get_one::<usize>("max-inflight").copied().unwrap_or(DEFAULT_MAX_INFLIGHT),
-                mcp_config: sub.get_one::<PathBuf>("mcp-config").cloned(),
+        let relay_options = || gm::relay::RelayOptions {
+            serve_args: std::env::args_os().skip(2).collect(),
+            workspace: workspace_of(sub),
+            surface: sub.get_one::<Surface>("surface").copied().unwrap_or(Surface::Code),
+            max_line_bytes: sub.get_one::<usize>("max-line-bytes").copied().unwrap_or(DEFAULT_MAX_LINE_BYTES),
+            page_size: sub.get_one::<usize>("page-size").copied().unwrap_or(DEFAULT_PAGE_SIZE),
+            step_budget: sub.get_one::<u64>("step-budget").copied().unwrap_or(DEFAULT_STEP_BUDGET),
+            max_inflight: sub.get_one::<usize>("max-inflight").copied().unwrap_or(DEFAULT_MAX_INFLIGHT),
+            mcp_config: sub.get_one::<PathBuf>("mcp-config").cloned(),
+        };
+        if let (None, Some(addr)) = (worker, sub.get_one::<String>("http")) {
+            let code = gm::http::run(gm::http::HttpOptions {
+                addr: addr.clone(),
+                allow_remote: sub.get_flag("http-allow-remote"),
+                no_token: sub.get_one::<String>("http-token").is_some_and(|t| t == "none"),
+                session: relay_options(),
             });
+            return ExitCode::from(u8::try_from(code).unwrap_or(1));
+        }
+        if worker.is_none() && !sub.get_flag("no-relay") {
+            let code = gm::relay::run(relay_options());
             return ExitCode::from(u8::try_from(code).unwrap_or(1));
         }
         let opts = ServeOptions {
@@ -238,6 +275,22 @@ fn main() -> ExitCode {
     }
     if name == "bench" {
         return bench(sub);
+    }
+    if name == "status" && sub.get_flag("open") {
+        return match gm::http::open_link(&workspace_of(sub)) {
+            Ok(Some(link)) => {
+                println!("{link}");
+                ExitCode::SUCCESS
+            }
+            Ok(None) => {
+                eprintln!("gm status --open: no `gm serve --http` runs in this workspace");
+                ExitCode::from(3)
+            }
+            Err(e) => {
+                eprintln!("gm status --open: {e}");
+                ExitCode::FAILURE
+            }
+        };
     }
     if name == "status" {
         return status(&workspace_of(sub), sub.get_flag("json"));
@@ -316,11 +369,19 @@ fn report<T: serde::Serialize, E: std::fmt::Display>(command: &str, result: Resu
 fn status(workspace: &std::path::Path, json_out: bool) -> ExitCode {
     match gm::worker::status::query(workspace) {
         Ok(status) => {
+            let http = gm::http::front_info(workspace);
             if json_out {
-                let v = json!({ "workspace": workspace, "running": status.is_some(), "status": status });
+                let v = json!({ "workspace": workspace, "running": status.is_some(), "status": status, "http": http });
                 println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
             } else {
                 print!("{}", gm::worker::status::render(workspace, status.as_ref()));
+                if let Some(h) = http {
+                    println!(
+                        "http    {}  pid {}  (status page: gm status --open)",
+                        h["url"].as_str().unwrap_or("?"),
+                        h["pid"]
+                    );
+                }
             }
             if status.is_some() {
                 ExitCode::SUCCESS

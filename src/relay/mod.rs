@@ -14,7 +14,7 @@
 //! reads the worker, writes to the host, and reconnects; a signal thread ends the session on
 //! SIGINT, SIGTERM and SIGHUP.
 
-mod connect;
+pub(crate) mod connect;
 mod lines;
 pub mod peek;
 mod rollback;
@@ -818,7 +818,7 @@ fn with_id(line: &[u8], id: &str) -> Option<Vec<u8>> {
 /// The binary a worker is started from: the path the relay was started by when it names one,
 /// so a build installed under `~/.gmnew/current` meanwhile is the one the next worker runs
 /// (`current_exe` would resolve the link to the old build); else the running binary.
-fn worker_exe() -> PathBuf {
+pub(crate) fn worker_exe() -> PathBuf {
     let invoked = std::env::args_os().next().map(PathBuf::from);
     if let Some(path) = invoked.filter(|p| p.components().count() > 1) {
         let absolute =

@@ -1,0 +1,384 @@
+//! The `/mcp` endpoint (Streamable HTTP, MCP 2025-11-25): POST carries client messages, GET
+//! opens the session's stream of server messages, DELETE ends the session. Sessions are made
+//! by `initialize` and named by `Mcp-Session-Id`; a 2026-07-28 request without a session goes
+//! on the shared stateless link.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{FromRequest, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Value};
+
+use super::session::Link;
+use super::{sse, Front};
+use crate::relay::peek::Peek;
+
+pub const SESSION_HEADER: &str = "mcp-session-id";
+pub const VERSION_HEADER: &str = "mcp-protocol-version";
+pub const METHOD_HEADER: &str = "mcp-method";
+/// The stateless revision.
+pub const STATELESS: &str = "2026-07-28";
+/// Where a 2026-07-28 request says its version.
+const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+/// The revisions whose `MCP-Protocol-Version` header the front accepts.
+const KNOWN_VERSIONS: [&str; 5] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", STATELESS];
+/// A body must arrive within this (a client sending a byte a minute holds no task for long;
+/// `GM_HTTP_BODY_TIMEOUT_MS` sets another, for tests).
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A JSON-RPC error as an HTTP response.
+fn rpc_error(status: StatusCode, id: Value, code: i64, message: impl Into<String>) -> Response {
+    let body = json!({ "jsonrpc": "2.0", "id": id, "error": { "code": code, "message": message.into() } });
+    (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+}
+
+fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+fn json_response(body: Vec<u8>) -> Response {
+    (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+fn meta_version(message: &Value) -> Option<&str> {
+    message.get("params")?.get("_meta")?.get(META_VERSION)?.as_str()
+}
+
+fn is_request(m: &Value) -> bool {
+    m.get("method").is_some() && m.get("id").is_some_and(|id| !id.is_null())
+}
+
+pub async fn post(State(front): State<Arc<Front>>, req: Request) -> Response {
+    if let Err(denied) = front.guard.check(req.headers(), false) {
+        return super::refuse(denied);
+    }
+    let headers = req.headers().clone();
+    let body = match tokio::time::timeout(front.body_timeout, Bytes::from_request(req, &())).await {
+        Err(_) => return (StatusCode::REQUEST_TIMEOUT, "the request body came too slowly").into_response(),
+        Ok(Err(rejection)) => return rejection.into_response(),
+        Ok(Ok(body)) => body,
+    };
+    if let Some(answered) = fast_session_post(&front, &headers, &body).await {
+        return answered;
+    }
+    let parsed: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => return rpc_error(StatusCode::BAD_REQUEST, Value::Null, -32700, format!("not JSON: {e}")),
+    };
+    let (messages, batch) = match parsed {
+        Value::Array(a) if !a.is_empty() => (a, true),
+        Value::Array(_) => return rpc_error(StatusCode::BAD_REQUEST, Value::Null, -32600, "an empty batch"),
+        Value::Object(_) => (vec![parsed], false),
+        _ => return rpc_error(StatusCode::BAD_REQUEST, Value::Null, -32600, "not a JSON-RPC message"),
+    };
+    let first_id = messages[0].get("id").cloned().unwrap_or(Value::Null);
+    if let Some(v) = header_str(&headers, VERSION_HEADER) {
+        if !KNOWN_VERSIONS.contains(&v) {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                first_id,
+                -32600,
+                format!("unsupported MCP-Protocol-Version {v:?}"),
+            );
+        }
+    }
+    let initialize = messages.iter().any(|m| m.get("method").and_then(Value::as_str) == Some("initialize"));
+    if let Some(id) = header_str(&headers, SESSION_HEADER) {
+        let Some(link) = front.session(id) else {
+            return rpc_error(StatusCode::NOT_FOUND, first_id, -32001, "no such session (it ended): initialize again");
+        };
+        if initialize {
+            return rpc_error(StatusCode::BAD_REQUEST, first_id, -32600, "this session is initialized already");
+        }
+        // One message whose text is already one line goes on as the client wrote it.
+        let raw = (!batch && !body.contains(&b'\n')).then_some(body);
+        let accepts_sse =
+            header_str(&headers, header::ACCEPT.as_str()).is_some_and(|a| a.contains("text/event-stream"));
+        if let (false, true, Some(token)) = (batch, accepts_sse, progress_token(&messages[0])) {
+            return relay_streamed(&front, &link, messages, raw, token).await;
+        }
+        return relay(&front, &link, messages, batch, raw).await;
+    }
+    if initialize {
+        if batch {
+            return rpc_error(StatusCode::BAD_REQUEST, first_id, -32600, "initialize must be sent alone");
+        }
+        return open_session(&front, messages).await;
+    }
+    let stateless = header_str(&headers, VERSION_HEADER) == Some(STATELESS)
+        || messages.iter().any(|m| meta_version(m).is_some())
+        || messages.iter().any(|m| m.get("method").and_then(Value::as_str) == Some("server/discover"));
+    if stateless {
+        if batch {
+            return rpc_error(StatusCode::BAD_REQUEST, first_id, -32600, "2026-07-28 has no batches");
+        }
+        return stateless_post(&front, &headers, messages.into_iter().next().unwrap_or_default()).await;
+    }
+    rpc_error(StatusCode::BAD_REQUEST, first_id, -32600, "Mcp-Session-Id header required (initialize first)")
+}
+
+/// The common case — one message of a session, on one line, that asks for no progress — read
+/// as the relay reads a line (its id and method, `relay::peek`) and passed on as written, not
+/// parsed into a tree and written again. `None`: the general path decides.
+async fn fast_session_post(front: &Front, headers: &HeaderMap, body: &Bytes) -> Option<Response> {
+    let id = header_str(headers, SESSION_HEADER)?;
+    if header_str(headers, VERSION_HEADER).is_some_and(|v| !KNOWN_VERSIONS.contains(&v))
+        || body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{')
+        || body.contains(&b'\n')
+        || memchr::memmem::find(body, b"progressToken").is_some()
+        || serde_json::from_slice::<serde::de::IgnoredAny>(body).is_err()
+    {
+        return None;
+    }
+    let peek = Peek::of(body);
+    if peek.method.as_deref() == Some("initialize") {
+        return None;
+    }
+    let link = front.session(id)?;
+    let mut pending = peek.id.as_deref().filter(|_| peek.is_request()).map(|raw| link.expect(raw));
+    let mut line = Vec::with_capacity(body.len() + 1);
+    line.extend_from_slice(body);
+    line.push(b'\n');
+    if link.send(&line).await.is_err() {
+        return None; // the general path answers for an ended session
+    }
+    Some(match pending.as_mut() {
+        None => StatusCode::ACCEPTED.into_response(),
+        Some(p) => json_response(p.wait().await.unwrap_or_default()),
+    })
+}
+
+/// `initialize`: a new worker connection whose session id names the MCP session.
+async fn open_session(front: &Arc<Front>, messages: Vec<Value>) -> Response {
+    let id = messages[0].get("id").cloned().unwrap_or(Value::Null);
+    let link = match front.open_session().await {
+        Ok(link) => link,
+        Err(super::OpenError::Full) => {
+            return rpc_error(StatusCode::SERVICE_UNAVAILABLE, id, -32603, "too many sessions open; end one first")
+        }
+        Err(e) => return rpc_error(StatusCode::BAD_GATEWAY, id, -32603, e.to_string()),
+    };
+    let mut response = relay(front, &link, messages, false, None).await;
+    if response.status() == StatusCode::OK {
+        if let Ok(v) = HeaderValue::from_str(&link.id) {
+            response.headers_mut().insert(SESSION_HEADER, v);
+        }
+    } else {
+        front.end_session(&link.id).await;
+    }
+    response
+}
+
+/// Sends a session's messages to its worker connection and answers with the replies to its
+/// requests (202 when it held none).
+async fn relay(front: &Front, link: &Arc<Link>, messages: Vec<Value>, batch: bool, raw: Option<Bytes>) -> Response {
+    let mut lines = Vec::new();
+    let mut pending = Vec::new();
+    match raw {
+        Some(raw) => lines.extend_from_slice(&raw),
+        None => {
+            for m in &messages {
+                if let Ok(text) = serde_json::to_vec(m) {
+                    lines.extend_from_slice(&text);
+                    lines.push(b'\n');
+                }
+            }
+        }
+    }
+    if !lines.ends_with(b"\n") {
+        lines.push(b'\n');
+    }
+    for m in &messages {
+        if let Some(id) = m.get("id").filter(|_| is_request(m)) {
+            pending.push(link.expect(&id.to_string()));
+        }
+    }
+    if link.send(&lines).await.is_err() {
+        front.end_session(&link.id).await;
+        let id = messages[0].get("id").cloned().unwrap_or(Value::Null);
+        return rpc_error(
+            StatusCode::NOT_FOUND,
+            id,
+            -32001,
+            "the session ended (the worker closed it): initialize again",
+        );
+    }
+    if pending.is_empty() {
+        return StatusCode::ACCEPTED.into_response();
+    }
+    let mut replies = Vec::with_capacity(pending.len());
+    for p in &mut pending {
+        if let Some(reply) = p.wait().await {
+            replies.push(reply);
+        }
+    }
+    if !batch {
+        return json_response(replies.pop().unwrap_or_default());
+    }
+    let mut body = vec![b'['];
+    for (i, r) in replies.iter().enumerate() {
+        if i > 0 {
+            body.push(b',');
+        }
+        body.extend_from_slice(r);
+    }
+    body.push(b']');
+    json_response(body)
+}
+
+fn progress_token(m: &Value) -> Option<Value> {
+    m.pointer("/params/_meta/progressToken").filter(|_| is_request(m)).cloned()
+}
+
+/// A request that asked for progress, from a client that takes SSE: the answer is a
+/// `text/event-stream` of its progress notifications, then its reply, then the end.
+async fn relay_streamed(
+    front: &Front,
+    link: &Arc<Link>,
+    messages: Vec<Value>,
+    raw: Option<Bytes>,
+    token: Value,
+) -> Response {
+    let following = link.follow_progress(&token);
+    let mut lines = match raw {
+        Some(raw) => raw.to_vec(),
+        None => serde_json::to_vec(&messages[0]).unwrap_or_default(),
+    };
+    if !lines.ends_with(b"\n") {
+        lines.push(b'\n');
+    }
+    let id = messages[0].get("id").cloned().unwrap_or(Value::Null);
+    let pending = link.expect(&id.to_string());
+    if link.send(&lines).await.is_err() {
+        front.end_session(&link.id).await;
+        return rpc_error(
+            StatusCode::NOT_FOUND,
+            id,
+            -32001,
+            "the session ended (the worker closed it): initialize again",
+        );
+    }
+    let stream = futures::stream::unfold(Some((following, pending)), |state| async move {
+        let (mut following, mut pending) = state?;
+        // Progress first: the reader routed each before the reply that followed it.
+        let data: Arc<str> = tokio::select! {
+            biased;
+            Some(note) = following.rx.recv() => {
+                return Some((Ok::<_, std::convert::Infallible>(Event::default().data(&*note)), Some((following, pending))));
+            }
+            reply = pending.wait() => String::from_utf8_lossy(&reply.unwrap_or_default()).into(),
+        };
+        Some((Ok(Event::default().data(&*data)), None))
+    });
+    Sse::new(stream).into_response()
+}
+
+/// A 2026-07-28 request without a session, on the shared link.
+async fn stateless_post(front: &Arc<Front>, headers: &HeaderMap, message: Value) -> Response {
+    let id = message.get("id").cloned().unwrap_or(Value::Null);
+    let method = message.get("method").and_then(Value::as_str).unwrap_or("").to_owned();
+    let meta = meta_version(&message).map(str::to_owned);
+    let header = header_str(headers, VERSION_HEADER);
+    if let (Some(h), Some(m)) = (header, meta.as_deref()) {
+        if h != m {
+            let why = format!("MCP-Protocol-Version {h:?} and _meta's protocolVersion {m:?} differ");
+            return rpc_error(StatusCode::BAD_REQUEST, id, -32020, why);
+        }
+    }
+    if let Some(h) = header_str(headers, METHOD_HEADER) {
+        if h != method {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                id,
+                -32020,
+                format!("Mcp-Method {h:?} and the body's {method:?} differ"),
+            );
+        }
+    }
+    let link = match front.stateless_link().await {
+        Ok(link) => link,
+        Err(e) => return rpc_error(StatusCode::BAD_GATEWAY, id, -32603, e.to_string()),
+    };
+    if !is_request(&message) {
+        // A notification has no one to answer; a response to the worker's question would need
+        // its id mapped, and 2026-07-28 asks no questions (input-required results instead).
+        let mut line = serde_json::to_vec(&message).unwrap_or_default();
+        line.push(b'\n');
+        let _ = link.send(&line).await;
+        return StatusCode::ACCEPTED.into_response();
+    }
+    let (message, mut pending) = link.expect_rewritten(message);
+    let mut line = serde_json::to_vec(&message).unwrap_or_default();
+    line.push(b'\n');
+    if link.send(&line).await.is_err() {
+        return rpc_error(
+            StatusCode::BAD_GATEWAY,
+            id,
+            -32603,
+            "the workspace's worker closed the connection; try again",
+        );
+    }
+    let Some(reply) = pending.wait().await else {
+        return rpc_error(StatusCode::BAD_GATEWAY, id, -32603, "no answer from the workspace's worker");
+    };
+    let revision = header.or(meta.as_deref()) == Some(STATELESS);
+    let status = if revision { status_of(&reply) } else { StatusCode::OK };
+    let mut response = json_response(reply);
+    *response.status_mut() = status;
+    response
+}
+
+/// 2026-07-28: the HTTP status of a JSON-RPC answer.
+fn status_of(reply: &[u8]) -> StatusCode {
+    let code =
+        serde_json::from_slice::<Value>(reply).ok().and_then(|v| v.pointer("/error/code").and_then(Value::as_i64));
+    match code {
+        Some(-32700 | -32600 | -32602 | -32020 | -32021 | -32022) => StatusCode::BAD_REQUEST,
+        Some(-32601) => StatusCode::NOT_FOUND,
+        _ => StatusCode::OK,
+    }
+}
+
+/// GET: the session's stream of server messages, resumed after `Last-Event-ID`.
+pub async fn get(State(front): State<Arc<Front>>, headers: HeaderMap) -> Response {
+    if let Err(denied) = front.guard.check(&headers, false) {
+        return super::refuse(denied);
+    }
+    let accepts = header_str(&headers, header::ACCEPT.as_str()).is_some_and(|a| a.contains("text/event-stream"));
+    if !accepts {
+        return (StatusCode::NOT_ACCEPTABLE, "GET /mcp is a text/event-stream").into_response();
+    }
+    let Some(id) = header_str(&headers, SESSION_HEADER) else {
+        return (StatusCode::BAD_REQUEST, "Mcp-Session-Id header required").into_response();
+    };
+    let Some(link) = front.session(id) else {
+        return (StatusCode::NOT_FOUND, "no such session (it ended): initialize again").into_response();
+    };
+    let Some(events) = link.events.clone() else {
+        return (StatusCode::METHOD_NOT_ALLOWED, "no stream for this session").into_response();
+    };
+    let after = header_str(&headers, "last-event-id").and_then(|v| v.trim().parse::<u64>().ok());
+    match events.open(after) {
+        Some((open, replay, live)) => sse::respond(open, replay, live, None).into_response(),
+        None => (StatusCode::TOO_MANY_REQUESTS, "too many streams open on this session").into_response(),
+    }
+}
+
+/// DELETE: ends the session; its worker connection closes and the worker logs `session-end`.
+pub async fn delete(State(front): State<Arc<Front>>, headers: HeaderMap) -> Response {
+    if let Err(denied) = front.guard.check(&headers, false) {
+        return super::refuse(denied);
+    }
+    let Some(id) = header_str(&headers, SESSION_HEADER) else {
+        return (StatusCode::BAD_REQUEST, "Mcp-Session-Id header required").into_response();
+    };
+    if front.end_session(id).await {
+        (StatusCode::OK, Body::empty()).into_response()
+    } else {
+        (StatusCode::NOT_FOUND, "no such session").into_response()
+    }
+}
