@@ -518,6 +518,78 @@ fn stateless_requests_share_a_link() {
     front.stop();
 }
 
+/// A 2026-07-28 request: the envelope in `_meta`, the revision's headers beside it.
+fn stateless(front: &Front, id: i64, method: &str, mut params: Value) -> (StatusCode, Value) {
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    });
+    let body = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
+    let r = front
+        .post(None, &body)
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", method)
+        .send()
+        .expect("answered");
+    let status = r.status();
+    (status, r.json().expect("JSON"))
+}
+
+#[test]
+fn a_stateless_client_is_served_over_http_as_2026_07_28_says() {
+    let (_dir, ws) = workspace();
+    let front = Front::start(&ws, &[], &[]);
+    let (status, d) = stateless(&front, 1, "server/discover", json!({}));
+    assert_eq!(status, StatusCode::OK, "{d}");
+    assert_eq!(
+        (d["result"]["supportedVersions"][0].as_str(), d["result"]["resultType"].as_str()),
+        (Some("2026-07-28"), Some("complete")),
+        "{d}"
+    );
+    // The removed handshake, with the revision's envelope: not found, 404.
+    let (status, r) = stateless(
+        &front,
+        2,
+        "initialize",
+        json!({ "protocolVersion": "2026-07-28", "capabilities": {}, "clientInfo": { "name": "x", "version": "0" } }),
+    );
+    assert_eq!(
+        (status, r["error"]["code"].as_i64(), r["id"].as_i64()),
+        (StatusCode::NOT_FOUND, Some(-32601), Some(2)),
+        "{r}"
+    );
+    // A version nobody serves: 400 and -32022 naming what is.
+    let body = json!({ "jsonrpc": "2.0", "id": 3, "method": "tools/list", "params": {} });
+    let r = front.post(None, &body).header("mcp-protocol-version", "v999.0.0").send().expect("answered");
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let reply: Value = r.json().expect("JSON");
+    assert_eq!(reply["error"]["code"], -32022, "{reply}");
+    assert_eq!(reply["error"]["data"], json!({ "supported": ["2026-07-28"], "requested": "v999.0.0" }));
+    // A tool named one way in a header and another in the body: refused before it runs.
+    let call = json!({ "jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": { "name": "next_context", "arguments": {},
+        "_meta": { "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {} } } });
+    let r = front
+        .post(None, &call)
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-name", "finish")
+        .send()
+        .expect("answered");
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    // On the shared link a step opens run_code (it hands the model the rules), and a result
+    // says its type.
+    let (status, step) =
+        stateless(&front, 5, "tools/call", json!({ "name": "next_context", "arguments": { "task": "t" } }));
+    assert_eq!((status, step["result"]["isError"].as_bool()), (StatusCode::OK, Some(false)), "{step}");
+    let (_, r) =
+        stateless(&front, 6, "tools/call", json!({ "name": "run_code", "arguments": { "code": "return 6 * 7" } }));
+    assert_eq!(
+        (r["result"]["structuredContent"]["result"].as_i64(), r["result"]["resultType"].as_str()),
+        (Some(42), Some("complete")),
+        "{r}"
+    );
+    front.stop();
+}
+
 #[test]
 fn the_status_page_opens_with_a_one_time_link() {
     let (_dir, ws) = workspace();

@@ -38,6 +38,8 @@ fn a_stateless_client_is_served_without_initialize_and_every_result_says_its_typ
     assert!(d["ttlMs"].as_u64().is_some() && d["cacheScope"].is_string(), "{d}");
     assert_eq!(d["_meta"][SERVER_INFO]["name"], "gm");
     assert!(d["capabilities"]["extensions"]["io.modelcontextprotocol/skills"].is_object());
+    // No subscriptions/listen stream: nothing says the lists announce their changes.
+    assert!(d["capabilities"]["tools"].is_object() && d["capabilities"]["tools"].get("listChanged").is_none(), "{d}");
 
     let tools = gm.ok("tools/list", with_envelope(json!({})));
     assert_eq!((tools["resultType"].as_str(), tools["ttlMs"].as_u64()), (Some("complete"), Some(0)), "{tools}");

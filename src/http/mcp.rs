@@ -20,6 +20,7 @@ use crate::relay::peek::Peek;
 pub const SESSION_HEADER: &str = "mcp-session-id";
 pub const VERSION_HEADER: &str = "mcp-protocol-version";
 pub const METHOD_HEADER: &str = "mcp-method";
+const NAME_HEADER: &str = "mcp-name";
 /// The stateless revision.
 pub const STATELESS: &str = "2026-07-28";
 /// Where a 2026-07-28 request says its version.
@@ -78,12 +79,12 @@ pub async fn post(State(front): State<Arc<Front>>, req: Request) -> Response {
     let first_id = messages[0].get("id").cloned().unwrap_or(Value::Null);
     if let Some(v) = header_str(&headers, VERSION_HEADER) {
         if !KNOWN_VERSIONS.contains(&v) {
-            return rpc_error(
-                StatusCode::BAD_REQUEST,
-                first_id,
-                -32600,
-                format!("unsupported MCP-Protocol-Version {v:?}"),
-            );
+            // The stateless revision's error, which names what is served (a client of an
+            // older revision reads the 400 alone).
+            let e = crate::protocol::modern::unsupported(v);
+            let body = json!({ "jsonrpc": "2.0", "id": first_id, "error": { "code": e.code, "message": format!("unsupported MCP-Protocol-Version {v:?}"), "data": e.data } });
+            return (StatusCode::BAD_REQUEST, [(header::CONTENT_TYPE, "application/json")], body.to_string())
+                .into_response();
         }
     }
     let initialize = messages.iter().any(|m| m.get("method").and_then(Value::as_str) == Some("initialize"));
@@ -103,15 +104,17 @@ pub async fn post(State(front): State<Arc<Front>>, req: Request) -> Response {
         }
         return relay(&front, &link, messages, batch, raw).await;
     }
-    if initialize {
+    let stateless = header_str(&headers, VERSION_HEADER) == Some(STATELESS)
+        || messages.iter().any(|m| meta_version(m).is_some())
+        || messages.iter().any(|m| m.get("method").and_then(Value::as_str) == Some("server/discover"));
+    // An initialize that says it is 2026-07-28 is one more stateless request (which that
+    // revision answers "method not found"), not a session.
+    if initialize && !stateless {
         if batch {
             return rpc_error(StatusCode::BAD_REQUEST, first_id, -32600, "initialize must be sent alone");
         }
         return open_session(&front, messages).await;
     }
-    let stateless = header_str(&headers, VERSION_HEADER) == Some(STATELESS)
-        || messages.iter().any(|m| meta_version(m).is_some())
-        || messages.iter().any(|m| m.get("method").and_then(Value::as_str) == Some("server/discover"));
     if stateless {
         if batch {
             return rpc_error(StatusCode::BAD_REQUEST, first_id, -32600, "2026-07-28 has no batches");
@@ -296,6 +299,20 @@ async fn stateless_post(front: &Arc<Front>, headers: &HeaderMap, message: Value)
                 id,
                 -32020,
                 format!("Mcp-Method {h:?} and the body's {method:?} differ"),
+            );
+        }
+    }
+    // SEP-2243 (pending): the name a tools/call or prompts/get names may be a header too; one
+    // that names something else is refused. (A missing one is let through: clients of the
+    // published revision do not all send it.)
+    if let Some(h) = header_str(headers, NAME_HEADER) {
+        let named = message.pointer("/params/name").and_then(Value::as_str);
+        if matches!(method.as_str(), "tools/call" | "prompts/get") && named != Some(h) {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                id,
+                -32020,
+                format!("Mcp-Name {h:?} and the body's name {named:?} differ"),
             );
         }
     }

@@ -198,6 +198,7 @@ impl Front {
         }
         let mut hello = self.hello.clone();
         hello.session = format!("http-stateless-{}", crate::run_state::new_run_id());
+        hello.stateless = true;
         let conn = self.connect(hello.clone()).await?;
         let link = Link::start(hello.session, conn, None, |_| {}).map_err(|e| OpenError::Connect(e.to_string()))?;
         *shared = Some(link.clone());
@@ -286,6 +287,7 @@ async fn serve(
             mcp_config: s.mcp_config.clone().map(|p| std::path::absolute(&p).unwrap_or(p)),
         },
         notes: Vec::new(),
+        stateless: false,
     };
     let hosts = if addr.ip().is_loopback() { Guard::loopback_hosts(bound) } else { Vec::new() };
     let timeline = Events::new(page::TIMELINE_KEEP, page::MAX_PAGES);

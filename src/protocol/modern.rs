@@ -126,11 +126,27 @@ pub fn complete(method: &str, mut result: Value) -> Value {
         obj.entry("ttlMs").or_insert_with(|| json!(ttl));
         obj.entry("cacheScope").or_insert_with(|| json!(scope));
     }
+    if method == "server/discover" {
+        if let Some(caps) = obj.get_mut("capabilities") {
+            without_subscriptions(caps);
+        }
+    }
     let meta = obj.entry("_meta").or_insert_with(|| json!({}));
     if let Some(meta) = meta.as_object_mut() {
         meta.insert(SERVER_INFO_KEY.to_owned(), mcp::to_value(&mcp::server_info()));
     }
     result
+}
+
+/// A stateless client hears of changes only on a `subscriptions/listen` stream, which gm does
+/// not serve: it is offered no `listChanged` or `subscribe` (it re-lists when `ttlMs` says).
+fn without_subscriptions(capabilities: &mut Value) {
+    for kind in ["tools", "resources", "prompts"] {
+        if let Some(c) = capabilities.get_mut(kind).and_then(Value::as_object_mut) {
+            c.remove("listChanged");
+            c.remove("subscribe");
+        }
+    }
 }
 
 /// How long a cacheable result stays fresh, and for whom. The tool list changes as child

@@ -82,25 +82,32 @@ def front(tmp_path: Path) -> Iterator[tuple[Path, str, str]]:
 @pytest.mark.anyio
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
 async def test_sdk_client_over_http(front: tuple[Path, str, str], mode: str) -> None:
-    """legacy: initialize at once; auto: server/discover first (answered on the stateless link
-    with the handshake-era versions gm speaks), then initialize."""
+    """legacy: initialize at once, a session, ended by DELETE; auto: server/discover first, which
+    offers 2026-07-28, so the client speaks the stateless revision (no session, every request on
+    the front's shared link)."""
     workspace, url, token = front
     http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
     with anyio.fail_after(TIMEOUT_S) as deadline:
         async with http, Client(streamable_http_client(url, http_client=http), mode=mode) as client:
             deadline.deadline = math.inf
-            assert client.protocol_version == "2025-11-25"
+            assert client.protocol_version == ("2025-11-25" if mode == "legacy" else "2026-07-28")
             skill = await client.read_resource(SKILL_URI)
             assert "gm" in skill.contents[0].text
             result = await client.call_tool("run_code", {"code": "return await gm.stat_file({ path: 'a.txt' })"})
             assert not result.is_error, result
             assert result.structured_content["result"]["size"] == 6
-    # The client's close sent DELETE: the worker ended the session.
     log = workspace / ".gm/log.jsonl"
+
+    def events() -> list[dict]:
+        return [json.loads(l) for l in log.read_text().splitlines() if l.strip()]
+
+    if mode == "auto":
+        assert any(e["kind"] == "session" and e.get("transport") == "stateless" for e in events()), events()
+        return
+    # The client's close sent DELETE: the worker ended the session.
     deadline_s = time.monotonic() + TIMEOUT_S
     while time.monotonic() < deadline_s:
-        events = [json.loads(l) for l in log.read_text().splitlines() if l.strip()]
-        if any(e["kind"] == "session-end" for e in events):
+        if any(e["kind"] == "session-end" for e in events()):
             break
         time.sleep(0.05)
     else:
