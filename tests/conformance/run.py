@@ -11,8 +11,10 @@ dns-rebinding-protection, sep-2164-resource-not-found, the session lifecycle...)
 
     python3 tests/conformance/run.py GM_BIN CONFORMANCE_DIR NODE22
 
-CONFORMANCE_DIR holds node_modules/@modelcontextprotocol/conformance; NODE22 is a Node 22
-binary (the suite needs >= 22; `.ci/run` installs both from the npm registry).
+CONFORMANCE_DIR holds node_modules/@modelcontextprotocol/conformance and
+node_modules/@modelcontextprotocol/inspector; NODE22 is a Node 22 binary (both need >= 22;
+`.ci/run` installs them from the npm registry). The MCP Inspector's CLI then connects over
+`--transport http` with the bearer token (and is refused without it).
 """
 
 from __future__ import annotations
@@ -46,10 +48,12 @@ FIXTURE = [
 UNSCORED = re.compile(r"^tasks-|^json-schema-2020-12$|^http-header-validation$|^http-custom-header-server-validation$")
 
 
-def start_front(gm: str, workspace: Path, defaults: Path) -> tuple[subprocess.Popen, str]:
+def start_front(gm: str, workspace: Path, defaults: Path, token: bool = False) -> tuple[subprocess.Popen, str]:
     env = dict(os.environ, GM_DEFAULTS_DIR=str(defaults), GM_WORKER_IDLE_MS="3000")
+    # The suite cannot send a token; the Inspector can.
+    flags = [] if token else ["--http-token", "none"]
     front = subprocess.Popen(
-        [gm, "serve", "--http", "127.0.0.1:0", "--http-token", "none"],
+        [gm, "serve", "--http", "127.0.0.1:0", *flags],
         cwd=workspace,
         env=env,
         stdin=subprocess.DEVNULL,
@@ -91,6 +95,42 @@ def judge(out: Path) -> tuple[int, list[str]]:
     return passed, unexpected
 
 
+def inspector(node: str, suite: Path, gm: str, root: Path, defaults: Path) -> list[str]:
+    """The MCP Inspector's CLI over HTTP: lists the tools and reads the skill with the token,
+    is refused without it."""
+    cli = suite / "node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js"
+    workspace = root / "ws-inspector"
+    workspace.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=workspace, check=True)
+    front, url = start_front(gm, workspace, defaults, token=True)
+    home = root / "inspector-home"
+    home.mkdir()
+    env = dict(os.environ, HOME=str(home))
+    token = (workspace / ".gm/http.token").read_text().strip()
+    problems = []
+
+    def run(*args: str, auth: bool = True) -> subprocess.CompletedProcess:
+        header = ["--header", f"Authorization: Bearer {token}"] if auth else []
+        cmd = [node, str(cli), "--cli", url, "--transport", "http", *header, *args]
+        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, check=False)
+
+    try:
+        listed = run("--method", "tools/list")
+        if listed.returncode != 0 or '"run_code"' not in listed.stdout:
+            problems.append(f"inspector tools/list: exit {listed.returncode}: {listed.stdout[-300:]} {listed.stderr[-300:]}")
+        read = run("--method", "resources/read", "--uri", "skill://gm/SKILL.md")
+        if read.returncode != 0 or "seven rules" not in read.stdout:
+            problems.append(f"inspector resources/read: exit {read.returncode}: {read.stderr[-300:]}")
+        refused = run("--method", "tools/list", auth=False)
+        if '"run_code"' in refused.stdout:
+            problems.append("inspector without the token listed the tools")
+    finally:
+        front.send_signal(signal.SIGTERM)
+        front.wait(timeout=30)
+    print(f"MCP Inspector over HTTP: {3 - len(problems)} of 3 checks passed")
+    return problems
+
+
 def main() -> int:
     if len(sys.argv) != 4:
         sys.exit(__doc__)
@@ -115,6 +155,7 @@ def main() -> int:
                 front.wait(timeout=30)
             print(f"conformance {name}: {passed} checks passed, {len(unexpected)} unexpected failures")
             failures += [f"[{name}] {u}" for u in unexpected]
+        failures += inspector(node, suite, gm, root, defaults)
     for f in failures:
         print("  " + f)
     return 1 if failures else 0
