@@ -784,3 +784,35 @@ fn the_status_page_in_chromium() {
     front.call(&session, 5, "run_code", json!({ "code": "return await gm.job_stop({ name: 'pagejob' })" }));
     front.stop();
 }
+
+#[test]
+fn the_front_keeps_serving_when_its_stderr_is_closed() {
+    // A front started from a terminal or a pipe that went away writes its next line to a
+    // closed stderr; that must not end it.
+    let (_dir, ws) = workspace();
+    let mut child = gm_command()
+        .args(["serve", "--http", "127.0.0.1:0", "--http-token", "none"])
+        .current_dir(&ws)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("gm serve --http");
+    let mut first = String::new();
+    BufReader::new(child.stderr.take().expect("stderr")).read_line(&mut first).expect("a line");
+    // The reader (and with it the pipe's only read end) is gone now.
+    let url = first.trim().strip_prefix("gm: listening on ").expect("the listening line").to_owned();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let discover = json!({ "jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {} });
+    let r = Client::new()
+        .post(&url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json")
+        .body(discover.to_string())
+        .send();
+    let alive = r.map(|r| r.status()).ok();
+    // SAFETY: kill(2) on the front this test spawned.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let _ = child.wait();
+    assert_eq!(alive, Some(StatusCode::OK), "the front answered after its stderr closed");
+}

@@ -19,6 +19,15 @@ mod page;
 mod session;
 mod sse;
 
+/// A line on stderr that never fails the front: a closed stderr (the terminal or pipe that
+/// started it went away) must not take the listener down, as `eprintln!` would by panicking.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
@@ -230,7 +239,7 @@ pub fn run(opts: HttpOptions) -> i32 {
     match start(opts) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("gm: {e}");
+            say!("gm: {e}");
             1
         }
     }
@@ -312,10 +321,10 @@ async fn serve(
     let info = files.state_dir.join("http.json");
     let described = json!({ "url": format!("{url}/mcp"), "pid": std::process::id(), "port": bound.port(), "page": format!("{url}/") });
     gm_actors::fs::replace(&info, format!("{described}\n").as_bytes())?;
-    eprintln!("gm: listening on {url}/mcp");
+    say!("gm: listening on {url}/mcp");
     match front.codes.mint() {
-        Ok(code) => eprintln!("gm: status page (this link works once): {url}/login?t={code}"),
-        Err(e) => eprintln!("gm: no login link for the status page: {e}"),
+        Ok(code) => say!("gm: status page (this link works once): {url}/login?t={code}"),
+        Err(e) => say!("gm: no login link for the status page: {e}"),
     }
     tokio::spawn(page::tail_log(files.state_dir.join("log.jsonl"), timeline));
     let app = Router::new()
@@ -350,7 +359,7 @@ async fn accept(listener: tokio::net::TcpListener, app: Router) {
             Ok((stream, _)) => stream,
             Err(e) => {
                 // Out of file descriptors and the like: wait a moment rather than spin.
-                eprintln!("gm: accepting a connection: {e}");
+                say!("gm: accepting a connection: {e}");
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                 continue;
             }
@@ -373,7 +382,7 @@ async fn accept(listener: tokio::net::TcpListener, app: Router) {
 async fn stop_signal() -> Option<i32> {
     use tokio::signal::unix::{signal, SignalKind};
     let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
-        eprintln!("gm: cannot watch for signals");
+        say!("gm: cannot watch for signals");
         return std::future::pending().await;
     };
     tokio::select! {
