@@ -712,3 +712,43 @@ fn the_status_page_in_chromium() {
     front.call(&session, 5, "run_code", json!({ "code": "return await gm.job_stop({ name: 'pagejob' })" }));
     front.stop();
 }
+
+/// The worker's own question reaches an HTTP client on its GET stream, and the client's
+/// answer, POSTed back as a JSON-RPC response, reaches the worker: a workspace server the user
+/// has not approved is asked about (`elicitation/create`), accepted, and started within the
+/// same call.
+#[test]
+fn a_question_goes_out_on_the_stream_and_its_answer_comes_back() {
+    let (_dir, ws) = workspace();
+    let home = tempfile::tempdir().expect("home");
+    let script = format!("echo started > marker; exec {} --name evil", env!("CARGO_BIN_EXE_mcp-test-server"));
+    std::fs::create_dir_all(ws.join(".gm")).expect(".gm");
+    let servers = json!({ "evil": { "command": "sh", "args": ["-c", script] } });
+    std::fs::write(ws.join(".gm/mcp.json"), json!({ "mcpServers": servers }).to_string()).expect("mcp.json");
+    let front = Front::start(&ws, &[], &[("HOME", home.path().to_str().expect("utf-8"))]);
+    let init = json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": { "elicitation": {} }, "clientInfo": { "name": "asker", "version": "0" } } });
+    let r = front.post(None, &init).send().expect("initialize");
+    let session = r.headers()["mcp-session-id"].to_str().expect("ascii").to_owned();
+    front.send(Some(&session), &json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }));
+    let read =
+        json!({ "jsonrpc": "2.0", "id": 2, "method": "resources/read", "params": { "uri": "skill://gm/SKILL.md" } });
+    assert_eq!(front.send(Some(&session), &read).0, StatusCode::OK);
+    let events = front.stream(&session, None);
+
+    let code = "return (await gm.evil_echo({ x: 7 })).structuredContent.echo.x;";
+    let call = json!({ "jsonrpc": "2.0", "id": 41, "method": "tools/call", "params": { "name": "run_code", "arguments": { "code": code } } });
+    std::thread::scope(|s| {
+        let answered = s.spawn(|| front.send(Some(&session), &call));
+        let (_, question) = events.recv_timeout(TIMEOUT).expect("gm asks on the GET stream");
+        assert_eq!(question["method"], "elicitation/create", "{question}");
+        assert!(!ws.join("marker").exists(), "nothing runs before the answer");
+        let answer = json!({ "jsonrpc": "2.0", "id": question["id"], "result": { "action": "accept", "content": { "approve": true } } });
+        assert_eq!(front.send(Some(&session), &answer).0, StatusCode::ACCEPTED);
+        let (status, reply) = answered.join().expect("the call's thread");
+        assert_eq!(status, StatusCode::OK, "{reply}");
+        assert_eq!(reply["result"]["structuredContent"]["result"], 7, "the same call went on: {reply}");
+    });
+    assert!(ws.join("marker").exists(), "the approved server started");
+    front.stop();
+}
