@@ -515,6 +515,16 @@ fn stateless_requests_share_a_link() {
     assert_eq!((reply["id"].as_i64(), reply["error"]["code"].as_i64()), (Some(9), Some(-32020)), "{reply}");
     let r = front.post(None, &tools).header("mcp-method", "tools/call").send().expect("answered");
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+
+    // A 2026-07-28 request is answered on the shared link; its error code becomes the status.
+    let (status, listed) = front.send(None, &tools);
+    assert_eq!(status, StatusCode::OK, "{listed}");
+    assert_eq!(listed["id"], 9, "{listed}");
+    let unknown = json!({ "jsonrpc": "2.0", "id": "u", "method": "no/such", "params": {
+        "_meta": { "io.modelcontextprotocol/protocolVersion": "2026-07-28" } } });
+    let (status, reply) = front.send(None, &unknown);
+    assert_eq!(status, StatusCode::NOT_FOUND, "-32601 is 404: {reply}");
+    assert_eq!((reply["id"].as_str(), reply["error"]["code"].as_i64()), (Some("u"), Some(-32601)), "{reply}");
     front.stop();
 }
 
