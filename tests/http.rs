@@ -762,3 +762,39 @@ fn a_question_goes_out_on_the_stream_and_its_answer_comes_back() {
     assert!(ws.join("marker").exists(), "the approved server started");
     front.stop();
 }
+
+/// rmcp's Streamable HTTP client (2025 revisions) connects with the token, reads the skill and
+/// runs code; without the token it cannot connect.
+#[test]
+fn rmcp_connects_over_http() {
+    use rmcp::model::{CallToolRequestParam, ReadResourceRequestParam};
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::ServiceExt;
+    let (_dir, ws) = workspace();
+    let front = Front::start(&ws, &[], &[]);
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    runtime.block_on(async {
+        let config = StreamableHttpClientTransportConfig::with_uri(front.url.as_str()).auth_header(front.token.clone());
+        let client = ().serve(StreamableHttpClientTransport::from_config(config)).await.expect("handshake");
+        assert_eq!(client.peer_info().expect("server info").server_info.name, "gm");
+        let skill = client
+            .read_resource(ReadResourceRequestParam { uri: "skill://gm/SKILL.md".into() })
+            .await
+            .expect("resources/read");
+        assert_eq!(skill.contents.len(), 1);
+        let code = json!({ "code": "return (await gm.stat_file({ path: 'a.txt' })).size" });
+        let r = client
+            .call_tool(CallToolRequestParam { name: "run_code".into(), arguments: code.as_object().cloned() })
+            .await
+            .expect("tools/call");
+        assert_eq!(r.is_error, Some(false), "{r:?}");
+        assert_eq!(r.structured_content.expect("structured")["result"], 6);
+        client.cancel().await.expect("closed");
+
+        let config = StreamableHttpClientTransportConfig::with_uri(front.url.as_str());
+        let refused = ().serve(StreamableHttpClientTransport::from_config(config)).await;
+        assert!(refused.is_err(), "no token, no connection");
+    });
+    front.stop();
+}
