@@ -365,6 +365,28 @@ fn slow_clients_are_cut_off() {
     front.stop();
 }
 
+/// SIGTERM ends the front: its sessions end on the worker, `.gm/http.json` goes.
+#[test]
+fn a_signal_ends_the_sessions() {
+    let (_dir, ws) = workspace();
+    let front = Front::start(&ws, &[], &[]);
+    let session = front.ready();
+    let log = ws.join(".gm/log.jsonl");
+    let mut front = front;
+    // SAFETY: kill(2) on the child this test started.
+    unsafe { libc::kill(front.child.id() as i32, libc::SIGTERM) };
+    let status = front.child.wait().expect("the front exits");
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{status:?}");
+    assert!(!ws.join(".gm/http.json").exists());
+    // The worker is still up (its idle grace has not passed): the front closed the session.
+    wait_until("the worker logs the session's end", || {
+        read_log(&log)
+            .iter()
+            .any(|e| e["kind"] == "session-end" && e["session"] == session.as_str() && e["reason"] == "closed")
+    });
+    stop_worker(&ws);
+}
+
 #[test]
 fn no_token_on_loopback() {
     let (_dir, ws) = workspace();
