@@ -313,6 +313,12 @@ fn refusals() {
     assert_eq!(front.send(None, &list).0, StatusCode::BAD_REQUEST);
     let r = front.post(None, &list).header("mcp-protocol-version", "1999-01-01").send().expect("answered");
     assert_eq!(status(r), StatusCode::BAD_REQUEST);
+    // An initialize the worker refuses opens no session.
+    let bad = json!({ "jsonrpc": "2.0", "id": 5, "method": "initialize", "params": "nonsense" });
+    let r = front.post(None, &bad).send().expect("answered");
+    assert!(r.headers().get("mcp-session-id").is_none(), "{r:?}");
+    let reply: Value = r.json().expect("JSON");
+    assert!(reply.get("error").is_some(), "{reply}");
     let (status, reply) = front.send(None, &json!("not a message"));
     assert_eq!(status, StatusCode::BAD_REQUEST, "{reply}");
     front.stop();

@@ -162,13 +162,21 @@ async fn open_session(front: &Arc<Front>, messages: Vec<Value>) -> Response {
         }
         Err(e) => return rpc_error(StatusCode::BAD_GATEWAY, id, -32603, e.to_string()),
     };
-    let mut response = relay(front, &link, messages, false, None).await;
-    if response.status() == StatusCode::OK {
-        if let Ok(v) = HeaderValue::from_str(&link.id) {
-            response.headers_mut().insert(SESSION_HEADER, v);
-        }
-    } else {
+    let mut line = serde_json::to_vec(&messages[0]).unwrap_or_default();
+    line.push(b'\n');
+    let mut pending = link.expect(&id.to_string());
+    if link.send(&line).await.is_err() {
         front.end_session(&link.id).await;
+        return rpc_error(StatusCode::BAD_GATEWAY, id, -32603, "the workspace's worker closed the new session");
+    }
+    let reply = pending.wait().await.unwrap_or_default();
+    // An initialize the worker refused (an unknown revision, bad params) opens no session.
+    let refused = serde_json::from_slice::<Value>(&reply).map_or(true, |v| v.get("result").is_none());
+    let mut response = json_response(reply);
+    if refused {
+        front.end_session(&link.id).await;
+    } else if let Ok(v) = HeaderValue::from_str(&link.id) {
+        response.headers_mut().insert(SESSION_HEADER, v);
     }
     response
 }
