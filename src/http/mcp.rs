@@ -307,18 +307,16 @@ async fn stateless_post(front: &Arc<Front>, headers: &HeaderMap, message: Value)
             );
         }
     }
+    if !is_request(&message) {
+        // Not passed on: on the shared link a client's `notifications/cancelled` would name
+        // another client's call (ids are the front's there), and 2026-07-28 asks the client no
+        // questions whose answers would come back (input-required results instead).
+        return StatusCode::ACCEPTED.into_response();
+    }
     let link = match front.stateless_link().await {
         Ok(link) => link,
         Err(e) => return rpc_error(StatusCode::BAD_GATEWAY, id, -32603, e.to_string()),
     };
-    if !is_request(&message) {
-        // A notification has no one to answer; a response to the worker's question would need
-        // its id mapped, and 2026-07-28 asks no questions (input-required results instead).
-        let mut line = serde_json::to_vec(&message).unwrap_or_default();
-        line.push(b'\n');
-        let _ = link.send(&line).await;
-        return StatusCode::ACCEPTED.into_response();
-    }
     let (message, mut pending) = link.expect_rewritten(message);
     let mut line = serde_json::to_vec(&message).unwrap_or_default();
     line.push(b'\n');
