@@ -393,6 +393,26 @@ fn a_signal_ends_the_sessions() {
     stop_worker(&ws);
 }
 
+/// A session left with nothing to do (its client went away without DELETE) is ended after the
+/// idle time; one with its GET stream open is not.
+#[test]
+fn idle_sessions_end() {
+    let (_dir, ws) = workspace();
+    let front = Front::start(&ws, &[], &[("GM_HTTP_SESSION_IDLE_MS", "400")]);
+    let streaming = front.ready();
+    let _stream = front.stream(&streaming, None);
+    let left = front.ready();
+    let log = ws.join(".gm/log.jsonl");
+    wait_until("the idle session ends", || {
+        read_log(&log).iter().any(|e| e["kind"] == "session-end" && e["session"] == left.as_str())
+    });
+    let list = json!({ "jsonrpc": "2.0", "id": 9, "method": "tools/list" });
+    assert_eq!(front.send(Some(&left), &list).0, StatusCode::NOT_FOUND);
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(front.send(Some(&streaming), &list).0, StatusCode::OK, "a session with its stream open stays");
+    front.stop();
+}
+
 #[test]
 fn no_token_on_loopback() {
     let (_dir, ws) = workspace();
