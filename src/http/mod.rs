@@ -135,7 +135,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// A refused request: 401 asks for the bearer token.
 fn refuse(denied: Denied) -> Response {
-    let mut response = (denied.status(), denied.message()).into_response();
+    // A JSON-RPC error without an id, as the transport's spec allows for a refused request.
+    let body = json!({ "jsonrpc": "2.0", "error": { "code": -32600, "message": denied.message() } });
+    let mut response =
+        (denied.status(), [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response();
     if denied == Denied::Token {
         response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
     }
