@@ -398,7 +398,8 @@ fn a_signal_ends_the_sessions() {
 #[test]
 fn idle_sessions_end() {
     let (_dir, ws) = workspace();
-    let front = Front::start(&ws, &[], &[("GM_HTTP_SESSION_IDLE_MS", "400")]);
+    // Long enough that the first session's stream is open well before it could count as idle.
+    let front = Front::start(&ws, &[], &[("GM_HTTP_SESSION_IDLE_MS", "1500")]);
     let streaming = front.ready();
     let _stream = front.stream(&streaming, None);
     let left = front.ready();
@@ -408,7 +409,7 @@ fn idle_sessions_end() {
     });
     let list = json!({ "jsonrpc": "2.0", "id": 9, "method": "tools/list" });
     assert_eq!(front.send(Some(&left), &list).0, StatusCode::NOT_FOUND);
-    std::thread::sleep(Duration::from_millis(800));
+    std::thread::sleep(Duration::from_millis(1600));
     assert_eq!(front.send(Some(&streaming), &list).0, StatusCode::OK, "a session with its stream open stays");
     front.stop();
 }
