@@ -80,10 +80,9 @@ def front(tmp_path: Path) -> Iterator[tuple[Path, str, str]]:
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("mode", ["legacy", "auto"])
-async def test_sdk_client_over_http(front: tuple[Path, str, str], mode: str) -> None:
-    """legacy: initialize at once; auto: server/discover first (answered on the stateless link
-    with the handshake-era versions gm speaks), then initialize."""
+async def test_sdk_client_over_http(front: tuple[Path, str, str]) -> None:
+    """2025-11-25 (legacy mode: initialize at once): the skill, a tool call, DELETE at the close."""
+    mode = "legacy"
     workspace, url, token = front
     http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
     with anyio.fail_after(TIMEOUT_S) as deadline:
@@ -105,6 +104,19 @@ async def test_sdk_client_over_http(front: tuple[Path, str, str], mode: str) -> 
         time.sleep(0.05)
     else:
         pytest.fail("no session-end after the client closed")
+
+
+@pytest.mark.anyio
+async def test_sdk_client_in_auto_mode_connects(front: tuple[Path, str, str]) -> None:
+    """auto mode: server/discover first, without a session (the front's stateless link), then
+    whichever revision the worker offers; the tools are listed either way."""
+    _, url, token = front
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+    with anyio.fail_after(TIMEOUT_S) as deadline:
+        async with http, Client(streamable_http_client(url, http_client=http), mode="auto") as client:
+            deadline.deadline = math.inf
+            tools = await client.list_tools()
+            assert "run_code" in [t.name for t in tools.tools]
 
 
 @pytest.mark.anyio
