@@ -84,6 +84,7 @@ fn cli() -> Command {
                         .value_name("ADDR")
                         .num_args(0..=1)
                         .default_missing_value("127.0.0.1:0")
+                        .conflicts_with("no-relay")
                         .help("Serve Streamable HTTP at http://ADDR/mcp instead of stdio [ADDR default: 127.0.0.1:0, a free port]; loopback only unless --http-allow-remote"),
                 )
                 .arg(

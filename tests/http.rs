@@ -313,6 +313,12 @@ fn refusals() {
     assert_eq!(front.send(None, &list).0, StatusCode::BAD_REQUEST);
     let r = front.post(None, &list).header("mcp-protocol-version", "1999-01-01").send().expect("answered");
     assert_eq!(status(r), StatusCode::BAD_REQUEST);
+    // An initialize the worker refuses opens no session.
+    let bad = json!({ "jsonrpc": "2.0", "id": 5, "method": "initialize", "params": "nonsense" });
+    let r = front.post(None, &bad).send().expect("answered");
+    assert!(r.headers().get("mcp-session-id").is_none(), "{r:?}");
+    let reply: Value = r.json().expect("JSON");
+    assert!(reply.get("error").is_some(), "{reply}");
     let (status, reply) = front.send(None, &json!("not a message"));
     assert_eq!(status, StatusCode::BAD_REQUEST, "{reply}");
     front.stop();
@@ -362,6 +368,49 @@ fn slow_clients_are_cut_off() {
             assert!(answer.starts_with("HTTP/1.1 408"), "{name}: {answer}");
         }
     }
+    front.stop();
+}
+
+/// SIGTERM ends the front: its sessions end on the worker, `.gm/http.json` goes.
+#[test]
+fn a_signal_ends_the_sessions() {
+    let (_dir, ws) = workspace();
+    let front = Front::start(&ws, &[], &[]);
+    let session = front.ready();
+    let log = ws.join(".gm/log.jsonl");
+    let mut front = front;
+    // SAFETY: kill(2) on the child this test started.
+    unsafe { libc::kill(front.child.id() as i32, libc::SIGTERM) };
+    let status = front.child.wait().expect("the front exits");
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{status:?}");
+    assert!(!ws.join(".gm/http.json").exists());
+    // The worker is still up (its idle grace has not passed): the front closed the session.
+    wait_until("the worker logs the session's end", || {
+        read_log(&log)
+            .iter()
+            .any(|e| e["kind"] == "session-end" && e["session"] == session.as_str() && e["reason"] == "closed")
+    });
+    stop_worker(&ws);
+}
+
+/// A session left with nothing to do (its client went away without DELETE) is ended after the
+/// idle time; one with its GET stream open is not.
+#[test]
+fn idle_sessions_end() {
+    let (_dir, ws) = workspace();
+    // Long enough that the first session's stream is open well before it could count as idle.
+    let front = Front::start(&ws, &[], &[("GM_HTTP_SESSION_IDLE_MS", "1500")]);
+    let streaming = front.ready();
+    let _stream = front.stream(&streaming, None);
+    let left = front.ready();
+    let log = ws.join(".gm/log.jsonl");
+    wait_until("the idle session ends", || {
+        read_log(&log).iter().any(|e| e["kind"] == "session-end" && e["session"] == left.as_str())
+    });
+    let list = json!({ "jsonrpc": "2.0", "id": 9, "method": "tools/list" });
+    assert_eq!(front.send(Some(&left), &list).0, StatusCode::NOT_FOUND);
+    std::thread::sleep(Duration::from_millis(1600));
+    assert_eq!(front.send(Some(&streaming), &list).0, StatusCode::OK, "a session with its stream open stays");
     front.stop();
 }
 
@@ -508,13 +557,23 @@ fn stateless_requests_share_a_link() {
 
     // The header and the body disagree on the version: 400, -32020, with the request's id.
     let tools = json!({ "jsonrpc": "2.0", "id": 9, "method": "tools/list", "params": {
-        "_meta": { "io.modelcontextprotocol/protocolVersion": "2026-07-28" } } });
+        "_meta": { "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {} } } });
     let r = front.post(None, &tools).header("mcp-protocol-version", "2025-11-25").send().expect("answered");
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
     let reply: Value = r.json().expect("JSON");
     assert_eq!((reply["id"].as_i64(), reply["error"]["code"].as_i64()), (Some(9), Some(-32020)), "{reply}");
     let r = front.post(None, &tools).header("mcp-method", "tools/call").send().expect("answered");
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+
+    // A 2026-07-28 request is answered on the shared link; its error code becomes the status.
+    let (status, listed) = front.send(None, &tools);
+    assert_eq!(status, StatusCode::OK, "{listed}");
+    assert_eq!(listed["id"], 9, "{listed}");
+    let unknown = json!({ "jsonrpc": "2.0", "id": "u", "method": "no/such", "params": {
+        "_meta": { "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {} } } });
+    let (status, reply) = front.send(None, &unknown);
+    assert_eq!(status, StatusCode::NOT_FOUND, "-32601 is 404: {reply}");
+    assert_eq!((reply["id"].as_str(), reply["error"]["code"].as_i64()), (Some("u"), Some(-32601)), "{reply}");
     front.stop();
 }
 
@@ -815,4 +874,80 @@ fn the_front_keeps_serving_when_its_stderr_is_closed() {
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let _ = child.wait();
     assert_eq!(alive, Some(StatusCode::OK), "the front answered after its stderr closed");
+}
+
+/// The worker's own question reaches an HTTP client on its GET stream, and the client's
+/// answer, POSTed back as a JSON-RPC response, reaches the worker: a workspace server the user
+/// has not approved is asked about (`elicitation/create`), accepted, and started within the
+/// same call.
+#[test]
+fn a_question_goes_out_on_the_stream_and_its_answer_comes_back() {
+    let (_dir, ws) = workspace();
+    let home = tempfile::tempdir().expect("home");
+    let script = format!("echo started > marker; exec {} --name evil", env!("CARGO_BIN_EXE_mcp-test-server"));
+    std::fs::create_dir_all(ws.join(".gm")).expect(".gm");
+    let servers = json!({ "evil": { "command": "sh", "args": ["-c", script] } });
+    std::fs::write(ws.join(".gm/mcp.json"), json!({ "mcpServers": servers }).to_string()).expect("mcp.json");
+    let front = Front::start(&ws, &[], &[("HOME", home.path().to_str().expect("utf-8"))]);
+    let init = json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": { "elicitation": {} }, "clientInfo": { "name": "asker", "version": "0" } } });
+    let r = front.post(None, &init).send().expect("initialize");
+    let session = r.headers()["mcp-session-id"].to_str().expect("ascii").to_owned();
+    front.send(Some(&session), &json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }));
+    let read =
+        json!({ "jsonrpc": "2.0", "id": 2, "method": "resources/read", "params": { "uri": "skill://gm/SKILL.md" } });
+    assert_eq!(front.send(Some(&session), &read).0, StatusCode::OK);
+    let events = front.stream(&session, None);
+
+    let code = "return (await gm.evil_echo({ x: 7 })).structuredContent.echo.x;";
+    let call = json!({ "jsonrpc": "2.0", "id": 41, "method": "tools/call", "params": { "name": "run_code", "arguments": { "code": code } } });
+    std::thread::scope(|s| {
+        let answered = s.spawn(|| front.send(Some(&session), &call));
+        let (_, question) = events.recv_timeout(TIMEOUT).expect("gm asks on the GET stream");
+        assert_eq!(question["method"], "elicitation/create", "{question}");
+        assert!(!ws.join("marker").exists(), "nothing runs before the answer");
+        let answer = json!({ "jsonrpc": "2.0", "id": question["id"], "result": { "action": "accept", "content": { "approve": true } } });
+        assert_eq!(front.send(Some(&session), &answer).0, StatusCode::ACCEPTED);
+        let (status, reply) = answered.join().expect("the call's thread");
+        assert_eq!(status, StatusCode::OK, "{reply}");
+        assert_eq!(reply["result"]["structuredContent"]["result"], 7, "the same call went on: {reply}");
+    });
+    assert!(ws.join("marker").exists(), "the approved server started");
+    front.stop();
+}
+
+/// rmcp's Streamable HTTP client (2025 revisions) connects with the token, reads the skill and
+/// runs code; without the token it cannot connect.
+#[test]
+fn rmcp_connects_over_http() {
+    use rmcp::model::{CallToolRequestParam, ReadResourceRequestParam};
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::ServiceExt;
+    let (_dir, ws) = workspace();
+    let front = Front::start(&ws, &[], &[]);
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    runtime.block_on(async {
+        let config = StreamableHttpClientTransportConfig::with_uri(front.url.as_str()).auth_header(front.token.clone());
+        let client = ().serve(StreamableHttpClientTransport::from_config(config)).await.expect("handshake");
+        assert_eq!(client.peer_info().expect("server info").server_info.name, "gm");
+        let skill = client
+            .read_resource(ReadResourceRequestParam { uri: "skill://gm/SKILL.md".into() })
+            .await
+            .expect("resources/read");
+        assert_eq!(skill.contents.len(), 1);
+        let code = json!({ "code": "return (await gm.stat_file({ path: 'a.txt' })).size" });
+        let r = client
+            .call_tool(CallToolRequestParam { name: "run_code".into(), arguments: code.as_object().cloned() })
+            .await
+            .expect("tools/call");
+        assert_eq!(r.is_error, Some(false), "{r:?}");
+        assert_eq!(r.structured_content.expect("structured")["result"], 6);
+        client.cancel().await.expect("closed");
+
+        let config = StreamableHttpClientTransportConfig::with_uri(front.url.as_str());
+        let refused = ().serve(StreamableHttpClientTransport::from_config(config)).await;
+        assert!(refused.is_err(), "no token, no connection");
+    });
+    front.stop();
 }

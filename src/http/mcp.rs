@@ -165,13 +165,21 @@ async fn open_session(front: &Arc<Front>, messages: Vec<Value>) -> Response {
         }
         Err(e) => return rpc_error(StatusCode::BAD_GATEWAY, id, -32603, e.to_string()),
     };
-    let mut response = relay(front, &link, messages, false, None).await;
-    if response.status() == StatusCode::OK {
-        if let Ok(v) = HeaderValue::from_str(&link.id) {
-            response.headers_mut().insert(SESSION_HEADER, v);
-        }
-    } else {
+    let mut line = serde_json::to_vec(&messages[0]).unwrap_or_default();
+    line.push(b'\n');
+    let mut pending = link.expect(&id.to_string());
+    if link.send(&line).await.is_err() {
         front.end_session(&link.id).await;
+        return rpc_error(StatusCode::BAD_GATEWAY, id, -32603, "the workspace's worker closed the new session");
+    }
+    let reply = pending.wait().await.unwrap_or_default();
+    // An initialize the worker refused (an unknown revision, bad params) opens no session.
+    let refused = serde_json::from_slice::<Value>(&reply).map_or(true, |v| v.get("result").is_none());
+    let mut response = json_response(reply);
+    if refused {
+        front.end_session(&link.id).await;
+    } else if let Ok(v) = HeaderValue::from_str(&link.id) {
+        response.headers_mut().insert(SESSION_HEADER, v);
     }
     response
 }
@@ -316,18 +324,16 @@ async fn stateless_post(front: &Arc<Front>, headers: &HeaderMap, message: Value)
             );
         }
     }
+    if !is_request(&message) {
+        // Not passed on: on the shared link a client's `notifications/cancelled` would name
+        // another client's call (ids are the front's there), and 2026-07-28 asks the client no
+        // questions whose answers would come back (input-required results instead).
+        return StatusCode::ACCEPTED.into_response();
+    }
     let link = match front.stateless_link().await {
         Ok(link) => link,
         Err(e) => return rpc_error(StatusCode::BAD_GATEWAY, id, -32603, e.to_string()),
     };
-    if !is_request(&message) {
-        // A notification has no one to answer; a response to the worker's question would need
-        // its id mapped, and 2026-07-28 asks no questions (input-required results instead).
-        let mut line = serde_json::to_vec(&message).unwrap_or_default();
-        line.push(b'\n');
-        let _ = link.send(&line).await;
-        return StatusCode::ACCEPTED.into_response();
-    }
     let (message, mut pending) = link.expect_rewritten(message);
     let mut line = serde_json::to_vec(&message).unwrap_or_default();
     line.push(b'\n');

@@ -55,6 +55,12 @@ use crate::worker::paths::Files;
 const MAX_SESSIONS: usize = 64;
 /// GET streams open at once per session.
 const MAX_STREAMS: usize = 4;
+/// A session with nothing to do for this long is ended (its client left without DELETE; a
+/// client that comes back gets 404 and initializes again). `GM_HTTP_SESSION_IDLE_MS` sets
+/// another, for tests.
+const SESSION_IDLE: std::time::Duration = std::time::Duration::from_secs(3600);
+/// The shared stateless link is closed after this without a request.
+const STATELESS_IDLE: std::time::Duration = std::time::Duration::from_secs(60);
 /// HTTP connections open at once.
 const MAX_CONNECTIONS: usize = 512;
 /// How long a client may take to send a request's headers (`GM_HTTP_HEADER_TIMEOUT_MS` sets
@@ -138,7 +144,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// A refused request: 401 asks for the bearer token.
 fn refuse(denied: Denied) -> Response {
-    let mut response = (denied.status(), denied.message()).into_response();
+    // A JSON-RPC error without an id, as the transport's spec allows for a refused request.
+    let body = json!({ "jsonrpc": "2.0", "error": { "code": -32600, "message": denied.message() } });
+    let mut response =
+        (denied.status(), [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response();
     if denied == Denied::Token {
         response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
     }
@@ -212,6 +221,26 @@ impl Front {
         let link = Link::start(hello.session, conn, None, |_| {}).map_err(|e| OpenError::Connect(e.to_string()))?;
         *shared = Some(link.clone());
         Ok(link)
+    }
+
+    /// Ends the sessions left idle (no request, no call in flight, no stream open) for
+    /// `session_idle` — a client that went away without DELETE — and closes the shared link
+    /// after `STATELESS_IDLE` without a request, so the worker can leave when nobody uses it.
+    async fn sweep(&self, session_idle: std::time::Duration) {
+        let idle: Vec<String> = lock(&self.sessions)
+            .iter()
+            .filter(|(_, l)| l.idle_for().is_some_and(|d| d >= session_idle))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in idle {
+            self.end_session(&id).await;
+        }
+        let mut shared = self.stateless.lock().await;
+        if shared.as_ref().is_some_and(|l| l.idle_for().is_some_and(|d| d >= STATELESS_IDLE)) {
+            if let Some(link) = shared.take() {
+                link.close().await;
+            }
+        }
     }
 
     /// Closes every worker connection (each session ends on the worker).
@@ -327,6 +356,16 @@ async fn serve(
         Err(e) => say!("gm: no login link for the status page: {e}"),
     }
     tokio::spawn(page::tail_log(files.state_dir.join("log.jsonl"), timeline));
+    let session_idle = env_ms("GM_HTTP_SESSION_IDLE_MS", SESSION_IDLE);
+    let sweeping = Arc::downgrade(&front);
+    tokio::spawn(async move {
+        let every = (session_idle / 4).clamp(std::time::Duration::from_millis(50), std::time::Duration::from_secs(30));
+        loop {
+            tokio::time::sleep(every).await;
+            let Some(front) = sweeping.upgrade() else { return };
+            front.sweep(session_idle).await;
+        }
+    });
     let app = Router::new()
         .route("/mcp", get(mcp::get).post(mcp::post).delete(mcp::delete))
         .route("/", get(page::index))

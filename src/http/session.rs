@@ -33,6 +33,8 @@ pub struct Link {
     /// Where the worker's unasked messages go; `None` for the stateless link.
     pub events: Option<Arc<Events>>,
     closed: AtomicBool,
+    /// When a message last went to the worker or an answer came back, for the idle sweep.
+    last_used: Mutex<std::time::Instant>,
     /// The stateless link's ids on the worker's side.
     next_id: AtomicU64,
     /// Calls whose progress goes to their own POST's stream, by progress token (its JSON text).
@@ -101,6 +103,7 @@ impl Link {
             waiting: Mutex::new(HashMap::new()),
             events,
             closed: AtomicBool::new(false),
+            last_used: Mutex::new(std::time::Instant::now()),
             next_id: AtomicU64::new(1),
             progress: Mutex::new(HashMap::new()),
         });
@@ -122,6 +125,16 @@ impl Link {
         Ok(link)
     }
 
+    /// How long the link has had nothing to do: `None` while a call waits for its answer or a
+    /// GET stream is open.
+    pub fn idle_for(&self) -> Option<std::time::Duration> {
+        let streaming = self.events.as_ref().is_some_and(|e| e.streams_open() > 0);
+        if streaming || !lock(&self.waiting).is_empty() {
+            return None;
+        }
+        Some(lock(&self.last_used).elapsed())
+    }
+
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
     }
@@ -137,6 +150,7 @@ impl Link {
                 Some(client_id) => with_id(line, client_id),
             };
             let _ = waiter.reply.send(line);
+            *lock(&self.last_used) = std::time::Instant::now();
             return;
         }
         let text: Arc<str> = String::from_utf8_lossy(line).into();
@@ -208,6 +222,7 @@ impl Link {
         if self.is_closed() {
             return Err(std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the worker closed this session"));
         }
+        *lock(&self.last_used) = std::time::Instant::now();
         self.writer.lock().await.write_all(lines).await
     }
 

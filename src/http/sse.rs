@@ -66,6 +66,11 @@ impl Events {
         let _ = inner.live.send(item);
     }
 
+    /// Streams open now.
+    pub fn streams_open(&self) -> usize {
+        self.open.load(Ordering::Relaxed)
+    }
+
     /// Opens a stream of the messages after `after` (those still kept), then the new ones; `None`
     /// when `cap` streams are open already.
     pub fn open(self: &Arc<Self>, after: Option<u64>) -> Option<(Open, Vec<Item>, broadcast::Receiver<Item>)> {

@@ -1,6 +1,7 @@
 """`gm serve --http` driven by the official Python SDK's Streamable HTTP client (mcp 2.3.0), in
-2025-11-25 mode (the initialize handshake): connect with the bearer token, read the skill, call
-a tool, and end the session with DELETE when the client closes.
+2025-11-25 mode (the initialize handshake, a session ended with DELETE when the client closes)
+and in auto mode (2026-07-28, stateless): connect with the bearer token, read the skill, call a
+tool.
 
 Run:  pip install -r tests/python/requirements.txt pytest
       python -m pytest -q tests/python/test_http.py
