@@ -242,7 +242,7 @@ impl SocketLines {
                 self.close();
                 continue;
             }
-            match self.read.try_read(&mut self.buf) {
+            match self.read_some() {
                 Ok(0) => self.close(),
                 Ok(n) => {
                     let ready = &mut self.ready;
@@ -251,6 +251,34 @@ impl SocketLines {
                 Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted) => {}
                 Err(_) => self.close(),
             }
+        }
+    }
+
+    /// One read. A short one emptied the socket: its readiness is cleared with it, so the next
+    /// line is awaited at once instead of after one more read that only sees EAGAIN (a syscall
+    /// and a pass of the event loop per request, as stdin's reader avoids too). Safe on this
+    /// single-threaded runtime: tokio clears only the readiness it had seen before the read, so
+    /// data arriving after it still wakes the next wait.
+    fn read_some(&mut self) -> std::io::Result<usize> {
+        use std::os::fd::AsRawFd;
+        let stream: &tokio::net::UnixStream = self.read.as_ref();
+        let fd = stream.as_raw_fd();
+        let buf = &mut self.buf;
+        let mut got = None;
+        let outcome = stream.try_io(tokio::io::Interest::READABLE, || {
+            // SAFETY: read(2) into a buffer we own, of its length.
+            let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+            let n = usize::try_from(n).map_err(|_| std::io::Error::last_os_error())?;
+            got = Some(n);
+            if n > 0 && n < buf.len() {
+                return Err(std::io::ErrorKind::WouldBlock.into());
+            }
+            Ok(())
+        });
+        match (got, outcome) {
+            (Some(n), _) => Ok(n),
+            (None, Err(e)) => Err(e),
+            (None, Ok(())) => Err(std::io::ErrorKind::WouldBlock.into()),
         }
     }
 
@@ -397,6 +425,53 @@ mod tests {
         s.feed(b"e\n", &mut emit);
         s.finish(&mut emit);
         assert_eq!(got, ["abc", "de"]);
+    }
+
+    /// Lines written in every split — one byte at a time, several lines in one write, a line
+    /// larger than the read buffer — all arrive, in order, however the reads fall around the
+    /// readiness a short read clears. Run many times: the race is between a read and a write.
+    #[cfg(unix)]
+    #[test]
+    fn socket_lines_arrive_whole_however_the_writes_fall() {
+        use std::io::Write as _;
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        for round in 0..50 {
+            let (a, b) = std::os::unix::net::UnixStream::pair().expect("pair");
+            b.set_nonblocking(true).expect("nonblocking");
+            let big = "x".repeat(100 << 10);
+            let expected: Vec<String> =
+                (0..20).map(|i| if i == 7 { big.clone() } else { format!("line {round} {i}") }).collect();
+            let writes = expected.clone();
+            let writer = std::thread::spawn(move || {
+                let mut a = a;
+                for (i, line) in writes.iter().enumerate() {
+                    let bytes = format!("{line}\n");
+                    match i % 3 {
+                        0 => bytes.bytes().for_each(|byte| a.write_all(&[byte]).expect("write")),
+                        _ => a.write_all(bytes.as_bytes()).expect("write"),
+                    }
+                    if i % 5 == 0 {
+                        std::thread::sleep(std::time::Duration::from_micros(50));
+                    }
+                }
+            });
+            let got = rt.block_on(async move {
+                let stream = tokio::net::UnixStream::from_std(b).expect("tokio stream");
+                let (read, _write) = stream.into_split();
+                let mut lines = SocketLines::new(read, 1 << 20);
+                let mut got = Vec::new();
+                while let Some(m) = lines.next().await {
+                    match m {
+                        Incoming::Line(l) => got.push(l),
+                        Incoming::Closed => break,
+                        other => panic!("unexpected {other:?}"),
+                    }
+                }
+                got
+            });
+            writer.join().expect("writer");
+            assert_eq!(got, expected, "round {round}");
+        }
     }
 
     #[test]
