@@ -503,3 +503,43 @@ fn a_stateless_decline_fails_the_call_untrusted_and_a_client_that_cannot_be_aske
     assert_eq!(reply["result"]["resultType"], "complete", "{reply}");
     assert_eq!(reply["result"]["structuredContent"]["error"]["details"]["code"], "untrusted", "{reply}");
 }
+
+#[test]
+fn a_stateless_call_can_be_cancelled_by_its_retry_or_while_its_question_waits() {
+    let repo = Repo::new();
+    let mut gm = serve_stateless(&repo);
+    let slow = "await gm.evil_echo({ x: 1 }); await gm.run_shell({ command: 'sleep 30' }); return 'done';";
+    let call = |id: i64, extra: Value| {
+        let mut params = json!({ "name": "run_code", "arguments": { "code": slow }, "_meta": envelope(true) });
+        if let (Some(p), Some(e)) = (params.as_object_mut(), extra.as_object()) {
+            p.extend(e.clone());
+        }
+        json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params })
+    };
+    let cancel =
+        |id: i64| json!({ "jsonrpc": "2.0", "method": "notifications/cancelled", "params": { "requestId": id } });
+    let accept =
+        |state: &str| json!({ "requestState": state, "inputResponses": { "consent": { "action": "accept" } } });
+
+    // Cancelled while its question waits, by the first request's id: the question is void.
+    gm.send(&call(93, json!({})));
+    let state = gm.recv_id(&json!(93))["result"]["requestState"].as_str().expect("asked").to_owned();
+    gm.send(&cancel(93));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    gm.send(&call(94, accept(&state)));
+    let late = gm.recv_id(&json!(94));
+    assert_eq!(late["error"]["code"], -32602, "a cancelled call's question is gone: {late}");
+    // Cancelled by the retry's id, after the answer let the body go on into its shell.
+    gm.send(&call(91, json!({})));
+    let state = gm.recv_id(&json!(91))["result"]["requestState"].as_str().expect("asked").to_owned();
+    gm.send(&call(92, accept(&state)));
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    gm.send(&cancel(92));
+    let bodies = gm.wait_for_events("action", 2);
+    let cancelled: Vec<&Value> = bodies.iter().filter(|e| e["tool"] == "run_code").collect();
+    assert_eq!(cancelled.len(), 2, "{bodies:?}");
+    assert!(cancelled.iter().all(|e| e["cancelled"] == true), "both bodies ended cancelled: {cancelled:?}");
+    // Neither cancelled call was answered (the next reply on the line is the one asked for).
+    let next = gm.request("tools/list", json!({ "_meta": envelope(false) }));
+    assert!(next["result"]["tools"].is_array(), "{next}");
+}

@@ -436,12 +436,10 @@ impl Handler<AskConsent> for Server {
             if !route.elicitation || self.session.declined.contains(&server) || self.session.ending.is_some() {
                 return Box::pin(futures::future::ready(Consent::NotAsked));
             }
+            // Each stateless call is asked in its own result (joining another call's question
+            // would leave this one unanswered if that call ended first).
             let (tx, rx) = futures::channel::oneshot::channel();
-            if let Some((_, waiting)) = self.session.asks.values_mut().find(|(s, _)| *s == server) {
-                waiting.push(tx);
-            } else {
-                self.ask_in_result(&msg.call, msg.pending, tx, ctx);
-            }
+            self.ask_in_result(&msg.call, msg.pending, tx, ctx);
             return Box::pin(async move { rx.await.unwrap_or(Consent::NotAsked) });
         }
         if !self.session.elicitation || self.session.declined.contains(&server) || self.session.ending.is_some() {

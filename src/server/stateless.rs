@@ -203,6 +203,12 @@ impl Server {
     pub(super) fn drop_route(&mut self, key: &str) {
         self.session.routes.remove(key);
         self.session.aliases.retain(|_, k| k != key);
-        self.session.states.retain(|_, k| k != key);
+        // Its questions go with it: a retry naming one is refused, and no later call waits on it.
+        let asked: Vec<String> =
+            self.session.states.iter().filter(|(_, k)| *k == key).map(|(t, _)| t.clone()).collect();
+        for token in asked {
+            self.session.states.remove(&token);
+            self.session.asks.remove(&token);
+        }
     }
 }

@@ -232,7 +232,12 @@ fn snippet(workspace: &Path, rel: &str, start: u32) -> String {
 /// A definition's signature: the line with its name, and the next ones while its
 /// parentheses are open (up to five lines), joined.
 fn signature(workspace: &Path, rel: &str, start: u32) -> String {
-    let text = read_at(workspace, rel, start, 2048);
+    joined_signature(&read_at(workspace, rel, start, 2048))
+}
+
+/// The first line of `text`, and the next ones while its parentheses are open (up to five),
+/// joined and shortened.
+fn joined_signature(text: &str) -> String {
     let mut out = String::new();
     let mut depth: i32 = 0;
     for line in text.lines().take(5) {
@@ -489,21 +494,7 @@ pub fn outline(workspace: &Path, rel: &str, f: &FileFacts, offset: usize, limit:
 fn signature_in(source: &[u8], start: u32) -> String {
     let from = (start as usize).min(source.len());
     let to = (from + 2048).min(source.len());
-    let text = String::from_utf8_lossy(&source[from..to]);
-    let mut out = String::new();
-    let mut depth: i32 = 0;
-    for line in text.lines().take(5) {
-        let line = line.trim();
-        if !out.is_empty() {
-            out.push(' ');
-        }
-        out.push_str(line);
-        depth += line.matches(['(', '[']).count() as i32 - line.matches([')', ']']).count() as i32;
-        if depth <= 0 {
-            break;
-        }
-    }
-    shorten(&out, 240)
+    joined_signature(&String::from_utf8_lossy(&source[from..to]))
 }
 
 /// How a name matches a query: exactly, by prefix, or by its words. Run on every defined
