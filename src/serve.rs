@@ -267,6 +267,7 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
                 worker: settings,
                 notes: Vec::new(),
                 stateless: false,
+                pipes: false,
             };
             let out = StdoutWriter::default().start().recipient();
             let server = worker

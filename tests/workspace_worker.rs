@@ -390,3 +390,67 @@ fn a_host_killed_while_its_worker_starts_leaves_a_worker_the_next_host_joins() {
         common::shut_down(second);
     }
 }
+
+/// A relay's hello may bring a pipe each way (SCM_RIGHTS): the worker welcomes it saying so
+/// and the session speaks on the pipes, not the socket. A hello that names pipes and brings
+/// none, or one of them only, is refused with the reason, and the worker serves on. Played
+/// by a client written apart from gm's relay (Python's `socket.send_fds`).
+#[test]
+fn a_hello_that_brings_pipes_moves_the_session_onto_them_and_one_without_them_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = dir.path().canonicalize().expect("canonical");
+    let runtime = tempfile::tempdir().expect("runtime dir");
+    let xdg = runtime.path().to_str().expect("utf-8").to_owned();
+    let mut a = Gm::start_in(&ws, &[], &[("XDG_RUNTIME_DIR", &xdg)]);
+    a.initialize("2025-11-25");
+    // The relay answered initialize itself: a call makes sure the worker listens.
+    a.call_ok("next_context", json!({}));
+    let socket = std::fs::read_dir(runtime.path().join("gm")).expect("socket dir").next().expect("a socket");
+    let socket = socket.expect("entry").path();
+    let script = r#"
+import json, os, socket, sys
+path = sys.argv[1]
+def hello(session):
+    return (json.dumps({"gm": "hello", "protocol": 1, "session": session,
+        "relay": {"pid": os.getpid(), "version": "0", "exe": None}, "surface": "tools",
+        "pageSize": 200, "stepBudget": 100, "maxLineBytes": 1 << 20,
+        "worker": {"maxInflight": 64, "mcpConfig": None}, "pipes": True}) + "\n").encode()
+def welcome(s):
+    f = s.makefile("rb")
+    return json.loads(f.readline())
+out = {}
+# Pipes brought: the session's lines go on them.
+to_w_r, to_w_w = os.pipe()
+from_w_r, from_w_w = os.pipe()
+s = socket.socket(socket.AF_UNIX); s.connect(path)
+socket.send_fds(s, [hello("s-pipes-ok")], [to_w_r, from_w_w])
+os.close(to_w_r); os.close(from_w_w)
+out["welcome"] = welcome(s)
+os.write(to_w_w, b'{"jsonrpc":"2.0","id":7,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"p","version":"0"}}}\n')
+reply = b""
+while not reply.endswith(b"\n"):
+    reply += os.read(from_w_r, 65536)
+out["initialize"] = json.loads(reply)
+os.close(to_w_w)
+# Named and not brought.
+for name, fds in [("none", []), ("one", [os.pipe()[0]])]:
+    s = socket.socket(socket.AF_UNIX); s.connect(path)
+    socket.send_fds(s, [hello("s-pipes-" + name)], fds) if fds else s.sendall(hello("s-pipes-" + name))
+    out[name] = welcome(s)
+print(json.dumps(out))
+"#;
+    let run = std::process::Command::new("python3").arg("-c").arg(script).arg(&socket).output().expect("python3");
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let out: Value = serde_json::from_slice(&run.stdout).expect("json");
+    assert_eq!(out["welcome"]["gm"], "welcome", "{out}");
+    assert_eq!(out["welcome"]["pipes"], true, "{out}");
+    assert_eq!(out["initialize"]["id"], 7, "the answer came on the pipe: {out}");
+    assert!(out["initialize"]["result"]["serverInfo"].is_object(), "{out}");
+    for name in ["none", "one"] {
+        assert_eq!(out[name]["gm"], "refused", "{out}");
+        let why = out[name]["why"].as_str().expect("why");
+        assert!(why.contains("pipes") && why.contains("descriptor"), "{why}");
+    }
+    // The host's own session was not disturbed.
+    a.call_ok("next_context", json!({}));
+}

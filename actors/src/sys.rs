@@ -86,11 +86,9 @@ pub trait Pollable {}
 #[cfg(not(unix))]
 impl<T> Pollable for T {}
 
-/// Gives way to other threads once, then says whether `input` has bytes to read now: a relay
-/// that finds more waiting writes it on with what it holds, in one write instead of two.
-/// Always false where readiness cannot be polled.
-pub fn more_input_soon(input: &impl Pollable) -> bool {
-    std::thread::yield_now();
+/// Whether `input` has bytes to read now (or was closed). Always false where readiness
+/// cannot be polled.
+pub fn input_waiting(input: &impl Pollable) -> bool {
     #[cfg(unix)]
     return wait_readable(input.as_raw_fd(), std::time::Duration::ZERO).unwrap_or(false);
     #[cfg(not(unix))]
@@ -98,6 +96,14 @@ pub fn more_input_soon(input: &impl Pollable) -> bool {
         let _ = input;
         false
     }
+}
+
+/// Gives way to other threads once, then says whether `input` has bytes to read now: a relay
+/// that finds more waiting writes it on with what it holds, in one write instead of two.
+/// Always false where readiness cannot be polled.
+pub fn more_input_soon(input: &impl Pollable) -> bool {
+    std::thread::yield_now();
+    input_waiting(input)
 }
 
 /// A file's identity on its filesystem (device, inode): two paths to one file give the same.
@@ -474,8 +480,252 @@ pub mod local {
     /// The worker's side of a connection, on its arbiter.
     pub type AsyncStream = tokio::net::UnixStream;
     pub type AsyncListener = tokio::net::UnixListener;
-    pub type ReadHalf = tokio::net::unix::OwnedReadHalf;
+    /// The HTTP front's half of its link to the worker, on its multi-threaded runtime.
     pub type WriteHalf = tokio::net::unix::OwnedWriteHalf;
+
+    use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+    use tokio::io::unix::AsyncFd;
+    use tokio::io::Interest;
+
+    /// The worker's read side of a session, polled for reading only. Tokio registers its own
+    /// streams for writability too, and a Unix socket signals that edge each time the peer
+    /// reads what was written: with a relay reading every answer, that was one more pass of
+    /// the event loop per request (strace: 1.9 `epoll_wait` per request against 1 on stdin).
+    pub struct Reader {
+        fd: AsyncFd<OwnedFd>,
+    }
+
+    /// The worker's write side of a session: written without polling; only a full socket
+    /// registers for writability, on a descriptor of its own, for as long as the wait lasts.
+    pub struct Writer {
+        fd: OwnedFd,
+    }
+
+    /// Splits an accepted connection (deregistered from any poller) into its two sides.
+    pub fn split(stream: std::os::unix::net::UnixStream) -> std::io::Result<(Reader, Writer)> {
+        let write = stream.as_fd().try_clone_to_owned()?;
+        Ok((Reader::new(OwnedFd::from(stream))?, Writer::new(write)?))
+    }
+
+    /// One direction of a session's bytes on the relay's side: the end of a pipe the worker
+    /// took (see [`send_with_fds`]), or the socket itself.
+    pub type Half = std::fs::File;
+
+    /// The socket as a [`Half`] (a read and a write end are two clones of it).
+    pub fn half_of(stream: Stream) -> Half {
+        Half::from(OwnedFd::from(stream))
+    }
+
+    /// A [`Half`] that is the socket, back as one.
+    pub fn stream_of(half: Half) -> Stream {
+        Stream::from(OwnedFd::from(half))
+    }
+
+    /// A pipe: (read end, write end), closed on exec, so no child of either process holds an
+    /// end that would keep the other from seeing it close.
+    pub fn pipe() -> std::io::Result<(Half, Half)> {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2(2) fills two descriptors, each owned once below.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: both were just opened and are owned by nothing else.
+        Ok(unsafe { (Half::from_raw_fd(fds[0]), Half::from_raw_fd(fds[1])) })
+    }
+
+    /// No more writes on `half`: the reader at the other end sees its end. A socket is shut
+    /// down for writing; a pipe has no half-close, so its end is swapped in place for
+    /// `/dev/null` (dup2 closes the pipe's end atomically), which leaves every holder of the
+    /// handle a valid descriptor whose writes go nowhere.
+    pub fn end_writes(half: &Half) -> std::io::Result<()> {
+        let fd = half.as_raw_fd();
+        // SAFETY: shutdown(2) on a descriptor we hold; ENOTSOCK for a pipe.
+        if unsafe { libc::shutdown(fd, libc::SHUT_WR) } == 0 {
+            return Ok(());
+        }
+        let null = std::fs::OpenOptions::new().write(true).open("/dev/null")?;
+        // SAFETY: dup2(2) replaces our own descriptor `fd` with a copy of `null`'s; the flag
+        // keeps it closed on exec, as the pipe's end was.
+        if unsafe { libc::dup3(null.as_raw_fd(), fd, libc::O_CLOEXEC) } < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Writes `bytes` on `stream` with descriptors attached (SCM_RIGHTS): the receiver gets
+    /// its own copies with the first bytes it reads.
+    pub fn send_with_fds(stream: &Stream, bytes: &[u8], fds: &[std::os::fd::BorrowedFd<'_>]) -> std::io::Result<()> {
+        let raw: Vec<libc::c_int> = fds.iter().map(|fd| fd.as_raw_fd()).collect();
+        let data_len = std::mem::size_of_val(raw.as_slice());
+        // SAFETY: CMSG_SPACE only computes a size.
+        let space = unsafe { libc::CMSG_SPACE(data_len as u32) } as usize;
+        // u64s keep the control buffer aligned for cmsghdr.
+        let mut control = vec![0u64; space.div_ceil(8)];
+        let mut sent = 0;
+        while sent < bytes.len() {
+            let mut iov =
+                libc::iovec { iov_base: bytes[sent..].as_ptr() as *mut libc::c_void, iov_len: bytes.len() - sent };
+            // SAFETY: a zeroed msghdr is valid; the pointers set below outlive the call.
+            let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            if sent == 0 && !raw.is_empty() {
+                msg.msg_control = control.as_mut_ptr().cast();
+                msg.msg_controllen = space as _;
+                // SAFETY: the control buffer holds one header of `data_len` bytes (CMSG_SPACE),
+                // aligned; the copy writes exactly `data_len` bytes into its data.
+                unsafe {
+                    let cmsg = libc::CMSG_FIRSTHDR(&msg);
+                    (*cmsg).cmsg_level = libc::SOL_SOCKET;
+                    (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+                    (*cmsg).cmsg_len = libc::CMSG_LEN(data_len as u32) as _;
+                    std::ptr::copy_nonoverlapping(raw.as_ptr().cast::<u8>(), libc::CMSG_DATA(cmsg), data_len);
+                }
+            }
+            // SAFETY: sendmsg(2) with the message built above.
+            let n = unsafe { libc::sendmsg(stream.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+            match usize::try_from(n) {
+                Ok(n) => sent += n,
+                Err(_) => {
+                    let e = std::io::Error::last_os_error();
+                    if e.kind() != std::io::ErrorKind::Interrupted {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    impl Reader {
+        /// Reads `fd` (a socket or a pipe's read end), made non-blocking.
+        pub fn new(fd: OwnedFd) -> std::io::Result<Self> {
+            set_nonblocking(&fd)?;
+            // SAFETY: the registration owns the descriptor, which stays open as long as it does.
+            let fd = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE)? };
+            Ok(Self { fd })
+        }
+
+        /// A copy of the descriptor, to ask later whether the other end closed.
+        pub fn probe(&self) -> std::io::Result<OwnedFd> {
+            self.fd.get_ref().try_clone()
+        }
+
+        /// As [`Reader::read`] on a socket, also taking the descriptors sent with the bytes
+        /// (closed on exec) into `fds`.
+        pub async fn read_with_fds(&self, buf: &mut [u8], fds: &mut Vec<OwnedFd>) -> std::io::Result<usize> {
+            loop {
+                let mut guard = self.fd.readable().await?;
+                let read = guard.try_io(|fd| recv_with_fds(fd.as_raw_fd(), buf, fds));
+                match read {
+                    Ok(Ok(n)) => return Ok(n),
+                    Ok(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Ok(Err(e)) => return Err(e),
+                    Err(_would_block) => {}
+                }
+            }
+        }
+
+        /// Waits until the socket may be read, then reads once into `buf`. `Ok(0)` is the end.
+        /// A short read emptied the socket: its readiness is cleared with it, so the next call
+        /// waits at once instead of making one more read that only sees EAGAIN. Safe on a
+        /// single-threaded runtime: the driver cannot have taken an edge for data that arrived
+        /// after the read, so that data wakes the next wait.
+        pub async fn read(&self, buf: &mut [u8]) -> std::io::Result<usize> {
+            loop {
+                let mut guard = self.fd.readable().await?;
+                let read = guard.try_io(|fd| {
+                    // SAFETY: read(2) into a buffer we hold, of its length.
+                    let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+                    usize::try_from(n).map_err(|_| std::io::Error::last_os_error())
+                });
+                match read {
+                    Ok(Ok(n)) => {
+                        if n > 0 && n < buf.len() {
+                            guard.clear_ready();
+                        }
+                        return Ok(n);
+                    }
+                    Ok(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Ok(Err(e)) => return Err(e),
+                    Err(_would_block) => {}
+                }
+            }
+        }
+    }
+
+    impl Writer {
+        /// Writes to `fd` (a socket or a pipe's write end), made non-blocking.
+        pub fn new(fd: OwnedFd) -> std::io::Result<Self> {
+            set_nonblocking(&fd)?;
+            Ok(Self { fd })
+        }
+
+        /// Writes what the socket or pipe takes now, without waiting (`WouldBlock` when it is
+        /// full). A gone reader is EPIPE: the process ignores SIGPIPE (Rust's runtime does).
+        pub fn try_write(&self, buf: &[u8]) -> std::io::Result<usize> {
+            // SAFETY: write(2) from a buffer we hold, of its length.
+            let n = unsafe { libc::write(self.fd.as_raw_fd(), buf.as_ptr().cast(), buf.len()) };
+            usize::try_from(n).map_err(|_| std::io::Error::last_os_error())
+        }
+
+        /// Waits until the socket takes more. Registers a copy of the descriptor for this wait
+        /// only (epoll keys a registration by descriptor and file, so the reader's stays as it
+        /// is); the registration reports a socket already writable at once.
+        pub async fn writable(&self) -> std::io::Result<()> {
+            let copy = self.fd.try_clone()?;
+            // SAFETY: the registration owns its copy of the descriptor, open as long as it is.
+            let fd = unsafe { AsyncFd::register_with_interest(copy, Interest::WRITABLE)? };
+            let _ready = fd.writable().await?;
+            Ok(())
+        }
+    }
+
+    fn set_nonblocking(fd: &OwnedFd) -> std::io::Result<()> {
+        // SAFETY: fcntl(2) on a descriptor we hold.
+        let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
+        // SAFETY: as above.
+        if flags < 0 || unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// One recvmsg(2): bytes into `buf`, descriptors that came with them into `fds`.
+    fn recv_with_fds(fd: libc::c_int, buf: &mut [u8], fds: &mut Vec<OwnedFd>) -> std::io::Result<usize> {
+        const MAX_FDS: usize = 4;
+        // SAFETY: CMSG_SPACE only computes a size.
+        let space = unsafe { libc::CMSG_SPACE((MAX_FDS * std::mem::size_of::<libc::c_int>()) as u32) } as usize;
+        let mut control = vec![0u64; space.div_ceil(8)];
+        let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+        // SAFETY: a zeroed msghdr is valid; the pointers set below outlive the call.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = space as _;
+        // SAFETY: recvmsg(2) into the buffers above.
+        let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_CMSG_CLOEXEC) };
+        let n = usize::try_from(n).map_err(|_| std::io::Error::last_os_error())?;
+        // SAFETY: the kernel filled `msg`'s control part; the CMSG_* walk stays within
+        // msg_controllen, and each SCM_RIGHTS header's data holds whole c_ints, each a new
+        // descriptor owned by this process from now on.
+        unsafe {
+            let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+            while !cmsg.is_null() {
+                if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                    let data = libc::CMSG_DATA(cmsg);
+                    let len = (*cmsg).cmsg_len as usize - (data as usize - cmsg as usize);
+                    for i in 0..len / std::mem::size_of::<libc::c_int>() {
+                        let raw = std::ptr::read_unaligned(data.cast::<libc::c_int>().add(i));
+                        fds.push(OwnedFd::from_raw_fd(raw));
+                    }
+                }
+                cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+            }
+        }
+        Ok(n)
+    }
 
     /// The user id and pid of the process at the other end of a connection.
     pub fn peer(stream: &AsyncStream) -> std::io::Result<(u32, Option<i32>)> {

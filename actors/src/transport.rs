@@ -210,7 +210,7 @@ impl Handler<Send> for StdoutWriter {
 /// Lines read from one connection of the worker's socket, one [`Incoming`] at a time.
 #[cfg(unix)]
 pub struct SocketLines {
-    read: crate::sys::local::ReadHalf,
+    read: crate::sys::local::Reader,
     splitter: LineSplitter,
     ready: std::collections::VecDeque<Incoming>,
     buf: Vec<u8>,
@@ -219,7 +219,7 @@ pub struct SocketLines {
 
 #[cfg(unix)]
 impl SocketLines {
-    pub fn new(read: crate::sys::local::ReadHalf, max_line: usize) -> Self {
+    pub fn new(read: crate::sys::local::Reader, max_line: usize) -> Self {
         Self {
             read,
             splitter: LineSplitter::new(max_line),
@@ -238,48 +238,45 @@ impl SocketLines {
             if self.closed {
                 return None;
             }
-            if self.read.readable().await.is_err() {
-                self.close();
-                continue;
-            }
-            match self.read_some() {
-                Ok(0) => self.close(),
+            match self.read.read(&mut self.buf).await {
+                Ok(0) | Err(_) => self.close(),
                 Ok(n) => {
                     let ready = &mut self.ready;
                     self.splitter.feed(&self.buf[..n], &mut |m| ready.push_back(m));
                 }
-                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted) => {}
-                Err(_) => self.close(),
             }
         }
     }
 
-    /// One read. A short one emptied the socket: its readiness is cleared with it, so the next
-    /// line is awaited at once instead of after one more read that only sees EAGAIN (a syscall
-    /// and a pass of the event loop per request, as stdin's reader avoids too). Safe on this
-    /// single-threaded runtime: tokio clears only the readiness it had seen before the read, so
-    /// data arriving after it still wakes the next wait.
-    fn read_some(&mut self) -> std::io::Result<usize> {
-        use std::os::fd::AsRawFd;
-        let stream: &tokio::net::UnixStream = self.read.as_ref();
-        let fd = stream.as_raw_fd();
-        let buf = &mut self.buf;
-        let mut got = None;
-        let outcome = stream.try_io(tokio::io::Interest::READABLE, || {
-            // SAFETY: read(2) into a buffer we own, of its length.
-            let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
-            let n = usize::try_from(n).map_err(|_| std::io::Error::last_os_error())?;
-            got = Some(n);
-            if n > 0 && n < buf.len() {
-                return Err(std::io::ErrorKind::WouldBlock.into());
+    /// The connection's first line, with the descriptors sent along with it (a relay passes
+    /// its session's pipes with its hello).
+    pub async fn first_with_fds(&mut self) -> (Option<Incoming>, Vec<std::os::fd::OwnedFd>) {
+        let mut fds = Vec::new();
+        loop {
+            if let Some(m) = self.ready.pop_front() {
+                return (Some(m), fds);
             }
-            Ok(())
-        });
-        match (got, outcome) {
-            (Some(n), _) => Ok(n),
-            (None, Err(e)) => Err(e),
-            (None, Ok(())) => Err(std::io::ErrorKind::WouldBlock.into()),
+            if self.closed {
+                return (None, fds);
+            }
+            match self.read.read_with_fds(&mut self.buf, &mut fds).await {
+                Ok(0) | Err(_) => self.close(),
+                Ok(n) => {
+                    let ready = &mut self.ready;
+                    self.splitter.feed(&self.buf[..n], &mut |m| ready.push_back(m));
+                }
+            }
         }
+    }
+
+    /// A copy of the descriptor read, to ask later whether the other end closed.
+    pub fn probe(&self) -> std::io::Result<std::os::fd::OwnedFd> {
+        self.read.probe()
+    }
+
+    /// Whether bytes past the lines taken have been read.
+    pub fn holds_more(&self) -> bool {
+        !self.ready.is_empty() || !self.splitter.line.is_empty() || self.splitter.overflow > 0
     }
 
     fn close(&mut self) {
@@ -301,7 +298,7 @@ impl SocketLines {
 /// connection.
 #[cfg(unix)]
 pub struct SocketWriter {
-    write: std::rc::Rc<crate::sys::local::WriteHalf>,
+    write: std::rc::Rc<crate::sys::local::Writer>,
     queue: Vec<u8>,
     /// Bytes of `queue` already written.
     done: usize,
@@ -312,7 +309,7 @@ pub struct SocketWriter {
 
 #[cfg(unix)]
 impl SocketWriter {
-    pub fn new(write: crate::sys::local::WriteHalf, limit: usize) -> Self {
+    pub fn new(write: crate::sys::local::Writer, limit: usize) -> Self {
         Self { write: std::rc::Rc::new(write), queue: Vec::new(), done: 0, flushing: false, limit, broken: false }
     }
 
@@ -456,8 +453,7 @@ mod tests {
                 }
             });
             let got = rt.block_on(async move {
-                let stream = tokio::net::UnixStream::from_std(b).expect("tokio stream");
-                let (read, _write) = stream.into_split();
+                let (read, _write) = crate::sys::local::split(b).expect("split");
                 let mut lines = SocketLines::new(read, 1 << 20);
                 let mut got = Vec::new();
                 while let Some(m) = lines.next().await {
@@ -472,6 +468,43 @@ mod tests {
             writer.join().expect("writer");
             assert_eq!(got, expected, "round {round}");
         }
+    }
+
+    /// A peer that reads late fills the socket: the writer waits for it to drain (registered
+    /// for writability only then) and every line still arrives, whole and in order.
+    #[cfg(unix)]
+    #[test]
+    fn a_writer_whose_peer_reads_late_delivers_every_line_in_order() {
+        use std::io::BufRead as _;
+        const LINES: usize = 3000;
+        let (a, b) = std::os::unix::net::UnixStream::pair().expect("pair");
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            let mut got = 0;
+            for (i, line) in std::io::BufReader::new(b).lines().enumerate().take(LINES) {
+                let line = line.expect("line");
+                assert_eq!(line, format!("{i} {}", "y".repeat(1000)));
+                got += 1;
+            }
+            let _ = done_tx.send(got);
+        });
+        let got = actix::System::new().block_on(async move {
+            let (_read, write) = crate::sys::local::split(a).expect("split");
+            let writer = SocketWriter::new(write, 64 << 20).start();
+            for i in 0..LINES {
+                writer.do_send(Send(format!("{i} {}", "y".repeat(1000))));
+            }
+            for _ in 0..2000 {
+                if let Ok(got) = done_rx.try_recv() {
+                    return got;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            0
+        });
+        reader.join().expect("reader");
+        assert_eq!(got, LINES);
     }
 
     #[test]

@@ -94,7 +94,7 @@ impl Link {
         // before the session speaks, but kept all the same).
         let early = reader.buffer().to_vec();
         drop(writer); // the same socket as the reader's
-        let stream = reader.into_inner();
+        let stream = gm_actors::sys::local::stream_of(reader.into_inner());
         stream.set_nonblocking(true)?;
         let (read, write) = tokio::net::UnixStream::from_std(stream)?.into_split();
         let link = Arc::new(Link {

@@ -3,10 +3,11 @@
 //! relay), waits for it to say it is ready, and connects. The first line each way is the hello
 //! and the welcome (`worker::hello`).
 
-use gm_actors::sys::local::Stream as UnixStream;
+use gm_actors::sys::local::{self, Half, Stream as UnixStream};
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -25,10 +26,11 @@ const WELCOME_TIMEOUT: Duration = Duration::from_secs(15);
 /// The most of a failed worker's stderr kept for the message.
 const STDERR_KEEP: usize = 16 << 10;
 
-/// A connection to the workspace's worker, past the hello.
+/// A connection to the workspace's worker, past the hello: the session's lines go out on
+/// `writer` and come back on `reader` (a pipe each way, or both the socket).
 pub struct Connection {
-    pub reader: BufReader<UnixStream>,
-    pub writer: UnixStream,
+    pub reader: BufReader<Half>,
+    pub writer: Half,
     pub worker: Build,
     /// What this relay asked that the running worker does otherwise.
     pub differs: Vec<String>,
@@ -112,7 +114,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Finder {
     /// Connects to the worker, starting one when none listens, and says hello as `hello`.
     /// `restarts`: the deaths of the last minute, for the new worker's start event.
-    pub fn connect(&self, hello: &Hello, restarts: usize) -> Result<Connection, ConnectError> {
+    /// `before_start` runs just before a worker is started, if one is.
+    pub fn connect(&self, hello: &Hello, restarts: usize, before_start: &dyn Fn()) -> Result<Connection, ConnectError> {
         std::fs::create_dir_all(&self.files.state_dir)
             .map_err(|e| ConnectError::Other(format!("cannot make {}: {e}", self.files.state_dir.display())))?;
         // The folder ignores itself from the start (the worker would see to it too, later).
@@ -132,6 +135,7 @@ impl Finder {
         if let Some(stream) = wait_for_starting(&socket, &self.files.life_lock) {
             return handshake(stream, hello);
         }
+        before_start();
         let pid = match self.start_worker(restarts, &socket) {
             Ok(Started::Ours(pid)) => pid,
             Ok(Started::Theirs(stream)) => return handshake(stream, hello),
@@ -308,22 +312,92 @@ fn holder_pid(life_lock: &std::path::Path) -> Option<u32> {
     holder["pid"].as_u64().and_then(|p| u32::try_from(p).ok())
 }
 
-/// Says hello and reads the answer.
+/// Says hello and reads the answer. A hello that asks for pipes brings them: the worker
+/// keeps its ends, this side the others, and the socket is done with once the welcome says
+/// the worker took them.
 fn handshake(stream: UnixStream, hello: &Hello) -> Result<Connection, ConnectError> {
     let io = |e: std::io::Error| ConnectError::Other(format!("the worker's socket: {e}"));
-    let mut writer = stream.try_clone().map_err(io)?;
     let mut line = serde_json::to_vec(&First::Hello(hello.clone())).map_err(|e| ConnectError::Other(e.to_string()))?;
     line.push(b'\n');
-    writer.write_all(&line).map_err(io)?;
+    let pipes = if hello.pipes {
+        let (to_worker, to_worker_w) = local::pipe().map_err(io)?;
+        let (from_worker, from_worker_w) = local::pipe().map_err(io)?;
+        local::send_with_fds(&stream, &line, &[to_worker.as_fd(), from_worker_w.as_fd()]).map_err(io)?;
+        // The worker has its own copies now; ours would keep it from seeing this side close.
+        drop((to_worker, from_worker_w));
+        Some((from_worker, to_worker_w))
+    } else {
+        (&stream).write_all(&line).map_err(io)?;
+        None
+    };
     stream.set_read_timeout(Some(WELCOME_TIMEOUT)).map_err(io)?;
     let mut reader = BufReader::with_capacity(1 << 16, stream);
     let mut answer = String::new();
     reader.read_line(&mut answer).map_err(io)?;
-    reader.get_ref().set_read_timeout(None).map_err(io)?;
-    match serde_json::from_str::<Answer>(&answer) {
-        Ok(Answer::Welcome(w)) => Ok(Connection { reader, writer, worker: w.worker, differs: w.differs }),
-        Ok(Answer::Refused { why }) => Err(ConnectError::Refused(why)),
-        Err(_) if answer.is_empty() => Err(ConnectError::Other("the worker closed the connection".into())),
-        Err(e) => Err(ConnectError::Other(format!("the worker's answer is not a welcome: {e}"))),
+    let welcome = match serde_json::from_str::<Answer>(&answer) {
+        Ok(Answer::Welcome(w)) => w,
+        Ok(Answer::Refused { why }) => return Err(ConnectError::Refused(why)),
+        Err(_) if answer.is_empty() => return Err(ConnectError::Other("the worker closed the connection".into())),
+        Err(e) => return Err(ConnectError::Other(format!("the worker's answer is not a welcome: {e}"))),
+    };
+    let (reader, writer) = match pipes {
+        Some((from_worker, to_worker)) if welcome.pipes => (BufReader::with_capacity(1 << 16, from_worker), to_worker),
+        // An older worker dropped the pipes unread: the socket carries the session.
+        _ => {
+            let stream = reader.into_inner();
+            stream.set_read_timeout(None).map_err(io)?;
+            let writer = stream.try_clone().map_err(io)?;
+            (BufReader::with_capacity(1 << 16, local::half_of(stream)), local::half_of(writer))
+        }
+    };
+    Ok(Connection { reader, writer, worker: welcome.worker, differs: welcome.differs })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::worker::hello::WorkerSettings;
+
+    fn hello() -> Hello {
+        Hello {
+            protocol: crate::worker::hello::PROTOCOL,
+            session: "s-test".into(),
+            relay: Build::this_process(),
+            surface: "tools".into(),
+            page_size: 200,
+            step_budget: 10,
+            max_line_bytes: 1 << 20,
+            worker: WorkerSettings { max_inflight: 4, mcp_config: None },
+            notes: Vec::new(),
+            stateless: false,
+            pipes: true,
+        }
+    }
+
+    /// A worker of an older build reads the hello without its descriptors (they are closed
+    /// unread) and welcomes without `pipes`: the session stays on the socket, both ways.
+    #[test]
+    fn a_worker_that_does_not_take_the_pipes_is_spoken_to_on_the_socket() {
+        let (ours, theirs) = UnixStream::pair().expect("pair");
+        let old_worker = std::thread::spawn(move || {
+            let mut reader = BufReader::new(theirs.try_clone().expect("clone"));
+            let mut line = String::new();
+            reader.read_line(&mut line).expect("hello");
+            let hello: serde_json::Value = serde_json::from_str(&line).expect("json");
+            assert_eq!(hello["pipes"], true);
+            let mut theirs = theirs;
+            let build = serde_json::to_value(Build::this_process()).expect("build");
+            let welcome = serde_json::json!({ "gm": "welcome", "protocol": 1, "worker": build, "differs": [] });
+            writeln!(theirs, "{welcome}").expect("welcome");
+            line.clear();
+            reader.read_line(&mut line).expect("a session line");
+            theirs.write_all(format!("echo {line}").as_bytes()).expect("echo");
+        });
+        let mut conn = handshake(ours, &hello()).expect("welcomed");
+        conn.writer.write_all(b"ping\n").expect("write");
+        let mut back = String::new();
+        conn.reader.read_line(&mut back).expect("read");
+        assert_eq!(back, "echo ping\n");
+        old_worker.join().expect("old worker");
     }
 }

@@ -19,7 +19,7 @@ mod lines;
 pub mod peek;
 mod rollback;
 
-use gm_actors::sys::local::Stream as UnixStream;
+use gm_actors::sys::local::{self, Half};
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{BufReader, Write};
@@ -50,6 +50,9 @@ const BACKOFF: [Duration; 4] =
 /// Failed attempts in a row (a refused session, a socket that will not connect) after which the
 /// relay gives up.
 const MAX_ATTEMPTS: usize = 10;
+/// The longest a relay about to start a worker waits for the host's first line, already
+/// on stdin, to be answered.
+const FIRST_LINE_WAIT: Duration = Duration::from_millis(20);
 /// How long a relay ended by a signal waits for the worker to end its session.
 const SIGNAL_GRACE: Duration = Duration::from_millis(800);
 /// The skill whose read opens run_code's gate; replayed to a new worker.
@@ -129,7 +132,7 @@ pub fn run(opts: RelayOptions) -> i32 {
         // A host that left while the worker started: the worker hears it (the reader found
         // no connection to close).
         if relay.host_closed.load(Ordering::SeqCst) {
-            let _ = writer.shutdown(std::net::Shutdown::Write);
+            let _ = local::end_writes(&writer);
         }
         pipe.writer = Some(writer);
         pipe.connected = true;
@@ -155,7 +158,7 @@ enum Ended {
 
 /// The worker's side of the session and whether the relay gave up on it.
 struct Pipe {
-    writer: Option<UnixStream>,
+    writer: Option<Half>,
     /// Which connection `writer` belongs to: 0 for the first, one more for each reconnect.
     generation: u64,
     /// Set once the relay gave up: every later call is answered with this.
@@ -239,6 +242,9 @@ struct Relay {
     host_closed: AtomicBool,
     /// A signal ended the relay (its number), or 0.
     signalled: AtomicI32,
+    /// Set once the host's first line was dealt with (answered early, or waiting for the
+    /// worker), or the host closed: see [`Relay::let_host_first`].
+    first_line: (Mutex<bool>, std::sync::Condvar),
 }
 
 /// A mutex whose holder panicked still guards sound data here (plain maps and handles).
@@ -264,6 +270,7 @@ impl Relay {
             },
             notes: Vec::new(),
             stateless: false,
+            pipes: true,
         };
         Relay {
             finder: Finder { files, exe: worker_exe(), serve_args: opts.serve_args, reaped: Default::default() },
@@ -277,6 +284,29 @@ impl Relay {
             host_out: Mutex::new(std::io::stdout()),
             host_closed: AtomicBool::new(false),
             signalled: AtomicI32::new(0),
+            first_line: (Mutex::new(false), std::sync::Condvar::new()),
+        }
+    }
+
+    /// Called just before this relay starts a worker. A host's `initialize` already waiting
+    /// on stdin is answered first: the worker's start (a process, an index, child servers)
+    /// would otherwise take the core from the relay's early answer where cores are few. A
+    /// host that has written nothing yet costs no wait.
+    fn let_host_first(&self) {
+        let (done, cvar) = &self.first_line;
+        let done = lock(done);
+        if *done || !sys::input_waiting(&std::io::stdin()) {
+            return;
+        }
+        let _ = cvar.wait_timeout_while(done, FIRST_LINE_WAIT, |done| !*done);
+    }
+
+    fn first_line_done(&self) {
+        let (done, cvar) = &self.first_line;
+        let mut done = lock(done);
+        if !*done {
+            *done = true;
+            cvar.notify_all();
         }
     }
 
@@ -308,7 +338,7 @@ impl Relay {
     fn connect(&self, restarts: usize) -> Result<Connection, ConnectError> {
         let mut hello = self.hello.clone();
         hello.notes = lock(&self.notes).clone();
-        match self.finder.connect(&hello, restarts) {
+        match self.finder.connect(&hello, restarts, &|| self.let_host_first()) {
             Ok(conn) => {
                 lock(&self.notes).clear();
                 lock(&self.failed_starts).clear();
@@ -371,6 +401,7 @@ impl Relay {
             if let Some(rewritten) = self.answer_early(&line) {
                 line = rewritten;
             }
+            self.first_line_done();
             let mut notes = Outgoing::default();
             if Peek::is_batch(&line) {
                 for peek in Peek::of_batch(&line) {
@@ -404,11 +435,12 @@ impl Relay {
                 out.clear();
             }
         }
+        self.first_line_done();
         self.send_to_worker(&out);
         self.host_closed.store(true, Ordering::SeqCst);
         // Closing our side is how the worker learns the host left; its answers still come.
         if let Some(writer) = lock(&self.pipe).writer.as_ref() {
-            let _ = writer.shutdown(std::net::Shutdown::Write);
+            let _ = local::end_writes(writer);
         }
     }
 
@@ -535,7 +567,7 @@ impl Relay {
 
     /// The worker's side, for as long as the relay runs: forwards its lines, and when the
     /// connection drops, answers what it held and connects again.
-    fn supervise(&self, mut reader: BufReader<UnixStream>, mut worker: Build) -> Ended {
+    fn supervise(&self, mut reader: BufReader<Half>, mut worker: Build) -> Ended {
         loop {
             self.pump(&mut reader);
             if let Some(code) = self.ending() {
@@ -661,7 +693,7 @@ impl Relay {
     }
 
     /// Reads the worker until it answers `id`; anything else it says meanwhile goes to the host.
-    fn await_answer(&self, reader: &mut BufReader<UnixStream>, id: &str) -> Result<(), String> {
+    fn await_answer(&self, reader: &mut BufReader<Half>, id: &str) -> Result<(), String> {
         let mut line = Vec::new();
         loop {
             line.clear();
@@ -679,7 +711,7 @@ impl Relay {
 
     /// Forwards the worker's lines to the host until the connection closes; lines that arrived
     /// together go out in one write.
-    fn pump(&self, reader: &mut BufReader<UnixStream>) {
+    fn pump(&self, reader: &mut BufReader<Half>) {
         let mut line = Vec::with_capacity(1 << 16);
         let mut batch = Vec::with_capacity(BATCH_BYTES);
         loop {
@@ -779,7 +811,7 @@ impl Relay {
         let end = json!({ "jsonrpc": "2.0", "method": END_NOW, "params": { "signal": sys::signal_name(signal) } });
         if let Some(writer) = lock(&self.pipe).writer.as_mut() {
             let _ = send(writer, end.to_string().as_bytes());
-            let _ = writer.shutdown(std::net::Shutdown::Write);
+            let _ = local::end_writes(writer);
         }
         std::thread::sleep(SIGNAL_GRACE);
         std::process::exit(128 + signal);
@@ -787,7 +819,7 @@ impl Relay {
 }
 
 /// Writes as much of `bytes` as the socket takes; returns how many bytes went.
-fn write_counting(writer: &mut UnixStream, bytes: &[u8]) -> usize {
+fn write_counting(writer: &mut Half, bytes: &[u8]) -> usize {
     let mut written = 0;
     while written < bytes.len() {
         match writer.write(&bytes[written..]) {
@@ -800,7 +832,7 @@ fn write_counting(writer: &mut UnixStream, bytes: &[u8]) -> usize {
     written
 }
 
-fn send(writer: &mut UnixStream, line: &[u8]) -> Result<(), String> {
+fn send(writer: &mut Half, line: &[u8]) -> Result<(), String> {
     writer
         .write_all(line)
         .and_then(|()| writer.write_all(b"\n"))
@@ -893,11 +925,28 @@ mod tests {
             .collect()
     }
 
+    /// (the relay's end, the worker's end) of a socket.
+    fn socket() -> (Half, Half) {
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().expect("pair");
+        (local::half_of(ours), local::half_of(theirs))
+    }
+
+    /// (the relay's end, the worker's end) of a pipe to the worker.
+    fn pipe() -> (Half, Half) {
+        let (theirs, ours) = local::pipe().expect("pipe");
+        (ours, theirs)
+    }
+
     #[test]
     fn a_write_that_fails_part_way_resends_only_the_lines_the_dead_worker_never_took() {
+        resends_only_lines_never_taken(socket);
+        resends_only_lines_never_taken(pipe);
+    }
+
+    fn resends_only_lines_never_taken(pair: fn() -> (Half, Half)) {
         let dir = tempfile::tempdir().expect("tempdir");
         let relay = relay(dir.path());
-        let (ours, mut dead) = UnixStream::pair().expect("pair");
+        let (ours, mut dead) = pair();
         lock(&relay.pipe).writer = Some(ours);
         // Far more than a socket's buffers hold: the write blocks, then fails.
         let batch = calls(&relay, 500, 4000);
@@ -910,7 +959,7 @@ mod tests {
         dead.read_exact(&mut read).expect("the first lines");
         drop(dead);
         // The next worker: the relay's lock is held until the write failed.
-        let (ours, next) = UnixStream::pair().expect("pair");
+        let (ours, next) = pair();
         {
             let mut pipe = lock(&relay.pipe);
             pipe.writer = Some(ours);
@@ -935,7 +984,7 @@ mod tests {
     fn a_cancelled_call_leaves_the_calls_in_flight_whatever_the_id_is_written_as() {
         let dir = tempfile::tempdir().expect("tempdir");
         let relay = relay(dir.path());
-        let (ours, theirs) = UnixStream::pair().expect("pair");
+        let (ours, theirs) = pipe();
         lock(&relay.pipe).writer = Some(ours);
         let drain = std::thread::spawn(move || std::io::BufReader::new(theirs).lines().count());
         relay.send_to_worker(&calls(&relay, 2, 10));

@@ -42,6 +42,13 @@ pub struct Hello {
     /// HTTP listener's): it serves that revision only.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stateless: bool,
+    /// The hello came with two pipes (SCM_RIGHTS): the session's lines to the worker, then
+    /// its answers back. A pipe each way spares every message the socket's costs: a buffer
+    /// allocated and charged per write, and a wake-up of the relay's reading thread each time
+    /// the worker reads (both directions of a socket share one wait queue). A worker that
+    /// does not know of them (an older build) drops them and answers on the socket.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pipes: bool,
 }
 
 /// A gm process: its pid, version and binary.
@@ -85,4 +92,7 @@ pub struct Welcome {
     pub worker: Build,
     /// What the relay asked of the worker that the running worker does otherwise.
     pub differs: Vec<String>,
+    /// The session's lines go over the pipes that came with the hello from now on.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pipes: bool,
 }

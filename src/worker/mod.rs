@@ -292,18 +292,22 @@ impl Worker {
         }
         self.opening += 1;
         self.disarm_idle(ctx);
-        let probe = std::os::fd::AsFd::as_fd(&stream).try_clone_to_owned().ok();
-        let (read, write) = stream.into_split();
+        let split = stream.into_std().and_then(local::split);
+        let Ok((read, write)) = split else {
+            self.opening -= 1;
+            self.arm_idle(ctx);
+            return;
+        };
         let first = async move {
             let mut lines = SocketLines::new(read, HELLO_MAX);
-            let first = tokio::time::timeout(HELLO_TIMEOUT, lines.next()).await;
+            let first = tokio::time::timeout(HELLO_TIMEOUT, lines.first_with_fds()).await;
             (first, lines)
         };
-        ctx.spawn(actix::fut::wrap_future(first).map(move |(first, mut lines), act: &mut Self, ctx| {
+        ctx.spawn(actix::fut::wrap_future(first).map(move |(first, lines), act: &mut Self, ctx| {
             act.opening -= 1;
-            let first = match first {
-                Ok(Some(Incoming::Line(text))) => serde_json::from_str::<First>(&text).ok(),
-                _ => None,
+            let (first, fds) = match first {
+                Ok((Some(Incoming::Line(text)), fds)) => (serde_json::from_str::<First>(&text).ok(), fds),
+                _ => (None, Vec::new()),
             };
             let writer = SocketWriter::new(write, QUEUE_LIMIT).start();
             match first {
@@ -324,12 +328,21 @@ impl Worker {
                     send_answer(&writer, &Answer::Refused { why });
                 }
                 Some(First::Hello(hello)) => {
+                    let session = match session_io(&hello, fds, lines, &writer) {
+                        Ok(io) => io,
+                        Err(why) => {
+                            send_answer(&writer, &Answer::Refused { why });
+                            act.arm_idle(ctx);
+                            return;
+                        }
+                    };
                     let max_line = hello.max_line_bytes;
                     let differs = act.differences(&hello.worker);
-                    match act.open_session(hello, writer.clone().recipient(), probe, ctx) {
+                    let SessionIo { mut lines, out, probe, pipes } = session;
+                    match act.open_session(hello, out.recipient(), probe, ctx) {
                         Ok(server) => {
                             let welcome =
-                                Welcome { protocol: hello::PROTOCOL, worker: act.build.clone(), differs };
+                                Welcome { protocol: hello::PROTOCOL, worker: act.build.clone(), differs, pipes };
                             send_answer(&writer, &Answer::Welcome(welcome));
                             lines.set_max_line(max_line);
                             actix::spawn(async move {
@@ -485,6 +498,39 @@ impl Worker {
             System::current().stop_with_code(stop.exit_code());
         }));
     }
+}
+
+/// Where a session's lines come from and go to: the pipes its hello brought, or the socket.
+struct SessionIo {
+    lines: SocketLines,
+    out: Addr<SocketWriter>,
+    /// A copy of what the session is read from, to ask whether the relay left.
+    probe: Option<std::os::fd::OwnedFd>,
+    pipes: bool,
+}
+
+fn session_io(
+    hello: &Hello,
+    fds: Vec<std::os::fd::OwnedFd>,
+    socket_lines: SocketLines,
+    socket_out: &Addr<SocketWriter>,
+) -> Result<SessionIo, String> {
+    if !hello.pipes {
+        // Descriptors nobody asked for are closed here (dropped with `fds`).
+        let probe = socket_lines.probe().ok();
+        return Ok(SessionIo { lines: socket_lines, out: socket_out.clone(), probe, pipes: false });
+    }
+    // Nothing may follow a hello that brought pipes: the session speaks on them.
+    let [from_relay, to_relay]: [std::os::fd::OwnedFd; 2] =
+        fds.try_into().map_err(|fds: Vec<_>| format!("the hello named pipes but brought {} descriptors", fds.len()))?;
+    if socket_lines.holds_more() {
+        return Err("lines followed a hello that brought pipes".into());
+    }
+    let io = |e: std::io::Error| format!("the session's pipes: {e}");
+    let read = local::Reader::new(from_relay).map_err(io)?;
+    let probe = read.probe().ok();
+    let out = SocketWriter::new(local::Writer::new(to_relay).map_err(io)?, QUEUE_LIMIT).start();
+    Ok(SessionIo { lines: SocketLines::new(read, HELLO_MAX), out, probe, pipes: true })
 }
 
 fn send_answer(writer: &Addr<SocketWriter>, answer: &Answer) {
