@@ -951,3 +951,44 @@ fn rmcp_connects_over_http() {
     });
     front.stop();
 }
+
+/// 2026-07-28 over HTTP: closing the response is the cancellation. A stateless client that
+/// gives up on a long call (its HTTP client times out and drops the connection) has the call
+/// cancelled — the shell ended, the action logged as cancelled — and the shared link serves
+/// the next request.
+#[test]
+fn a_stateless_client_that_closes_its_request_cancels_the_call() {
+    let (_dir, ws) = workspace();
+    let front = Front::start(&ws, &[], &[]);
+    let (status, _) = stateless(&front, 1, "tools/call", json!({ "name": "next_context", "arguments": {} }));
+    assert_eq!(status, StatusCode::OK);
+    let mut params = json!({ "name": "run_code", "arguments": { "code":
+        "return await gm.run_shell({ command: 'sleep 30; echo finished > late.txt' })" } });
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    });
+    let body = json!({ "jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params });
+    let impatient = Client::builder().timeout(Duration::from_millis(1500)).build().expect("client");
+    let gave_up = Instant::now();
+    let r = impatient
+        .post(&front.url)
+        .bearer_auth(&front.token)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .body(body.to_string())
+        .send();
+    assert!(r.is_err(), "the client gave up before the answer");
+    wait_until("the call logged as cancelled", || {
+        front.log().iter().any(|e| e["kind"] == "code-call" && e["verb"] == "run_shell" && e["error"] == "cancelled")
+    });
+    assert!(gave_up.elapsed() < Duration::from_secs(15), "cancelled soon after the client left");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!ws.join("late.txt").exists(), "the shell was ended");
+    let (status, r) =
+        stateless(&front, 3, "tools/call", json!({ "name": "run_code", "arguments": { "code": "return 1 + 1" } }));
+    assert_eq!((status, r["result"]["structuredContent"]["result"].as_i64()), (StatusCode::OK, Some(2)), "{r}");
+    front.stop();
+}

@@ -50,6 +50,9 @@ pub struct Pending {
     link: Arc<Link>,
     key: String,
     reply: oneshot::Receiver<Vec<u8>>,
+    /// The call's id on the shared stateless link: a client that goes away unanswered has
+    /// cancelled it (2026-07-28: closing the response is the cancellation).
+    cancels_as: Option<u64>,
 }
 
 /// A call's progress notifications, routed to its POST.
@@ -73,10 +76,23 @@ impl Pending {
 }
 
 impl Drop for Pending {
-    /// A client that went away stops waiting; the call runs on (a dropped HTTP request is not a
-    /// cancel in MCP) and its answer is dropped.
+    /// A client that went away stops waiting and its answer is dropped. On a session's link
+    /// the call runs on (a dropped HTTP request is not a cancel there: the session's stream may
+    /// resume); on the shared stateless link, where nothing can resume, it is cancelled, as
+    /// 2026-07-28 says a closed response is.
     fn drop(&mut self) {
-        lock(&self.link.waiting).remove(&self.key);
+        let unanswered = lock(&self.link.waiting).remove(&self.key).is_some();
+        let (Some(ours), true) = (self.cancels_as, unanswered) else { return };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let link = self.link.clone();
+        let cancel = serde_json::json!({
+            "jsonrpc": "2.0",
+            "method": "notifications/cancelled",
+            "params": { "requestId": ours, "reason": "the client closed its HTTP request" },
+        });
+        runtime.spawn(async move {
+            let _ = link.send(format!("{cancel}\n").as_bytes()).await;
+        });
     }
 }
 
@@ -201,7 +217,7 @@ impl Link {
         let key = id_key(raw_id);
         let (tx, rx) = oneshot::channel();
         lock(&self.waiting).insert(key.clone(), Waiter { client_id: None, reply: tx });
-        Pending { link: self.clone(), key, reply: rx }
+        Pending { link: self.clone(), key, reply: rx, cancels_as: None }
     }
 
     /// For the shared link: gives `message` a front-unique id, notes the client's, and returns
@@ -213,7 +229,7 @@ impl Link {
         let key = id_key(&ours.to_string());
         let (tx, rx) = oneshot::channel();
         lock(&self.waiting).insert(key.clone(), Waiter { client_id: Some(client_id), reply: tx });
-        (message, Pending { link: self.clone(), key, reply: rx })
+        (message, Pending { link: self.clone(), key, reply: rx, cancels_as: Some(ours) })
     }
 
     /// Writes `lines` (each ending in a newline) to the worker; a worker slow to read holds
