@@ -13,13 +13,15 @@
 //! - `store.rs` — every file's facts in memory, with where each name is defined and called.
 //! - `resolve.rs` — which definitions a call may reach.
 //! - `answer.rs` — the replies of `callers`, `impact` and `symbols`.
-//! - `cache.rs` — the cache on disk.
+//! - `cache.rs` — the cache on disk, read piece by piece as queries need it.
+//! - `names.rs` — the cache's table of where each name is called and defined.
 
 mod answer;
 mod cache;
 mod extract;
 mod facts;
 pub mod lang;
+mod names;
 mod resolve;
 mod store;
 
@@ -42,7 +44,7 @@ pub use facts::DefKind;
 
 use super::tracked::{tracked_files, Tracked};
 use crate::watch::{Changes, Subscription};
-use cache::{load, remove_stale_temporaries, Cached, Hash, Saver, Snapshot};
+use cache::{remove_stale_temporaries, Cached, Hash, Saved, Saver, Snapshot, Stamp, CHECK_WHOLE_BELOW};
 use facts::FileFacts;
 use store::Store;
 
@@ -66,6 +68,8 @@ pub struct CallIndex {
     skipped: BTreeMap<String, usize>,
     /// Whether the workspace is in a git repository (a new file is not tracked until added).
     in_git: bool,
+    /// A saved cache smaller than this is checked whole when read ([`CHECK_WHOLE_BELOW`]).
+    check_whole_below: u64,
 }
 
 /// Whether a file may be source gm reads: an extension of one of its languages, or no
@@ -114,6 +118,7 @@ impl CallIndex {
             scanned: None,
             skipped: BTreeMap::new(),
             in_git,
+            check_whole_below: CHECK_WHOLE_BELOW,
         }
     }
 
@@ -148,7 +153,7 @@ impl CallIndex {
     }
 
     fn source_files(&self) -> usize {
-        self.store.files().filter(|(_, _, f)| lang::by_name(&f.lang).is_some()).count()
+        self.store.summaries().filter(|(_, _, s)| lang::by_name(&s.lang).is_some()).count()
     }
 
     /// Reparses the changed files among `paths` (a path may be a directory that went away);
@@ -193,15 +198,39 @@ impl CallIndex {
         Some(parsed)
     }
 
-    /// Reads the saved cache, once.
+    /// Opens the saved cache, once: its entries are read, its facts and name lists are read
+    /// as queries need them.
     fn load(&mut self) {
         if !std::mem::replace(&mut self.loaded, true) {
             // No cache yet, one of another version or a damaged one: everything is parsed.
-            self.store = Store::from_entries(load(&self.file).unwrap_or_default());
+            self.store = match Saved::open(&self.file, self.check_whole_below) {
+                Ok((saved, entries)) => Store::open(saved, entries),
+                Err(_) => Store::default(),
+            };
             if let Some(dir) = self.file.parent() {
                 remove_stale_temporaries(dir);
             }
         }
+    }
+
+    /// Forgets a saved cache found damaged while answering: the store starts empty, so the
+    /// next refresh parses everything (and saves a sound cache).
+    fn start_over(&mut self) {
+        self.store = Store::default();
+        self.loaded = true;
+        self.scanned = None;
+        let _ = std::fs::remove_file(&self.file);
+    }
+
+    /// Answers with `answer`, and again from a fresh parse when a piece of the saved cache it
+    /// read turned out damaged: a damaged cache costs a parse, never a wrong answer.
+    fn checked<T>(&mut self, answer: impl Fn(&mut Self) -> T) -> T {
+        let first = answer(self);
+        if !self.store.take_damaged() {
+            return first;
+        }
+        self.start_over();
+        answer(self)
     }
 
     /// Brings the cache up to date; returns (files parsed now, source files).
@@ -236,9 +265,9 @@ impl CallIndex {
             self.store.remove(&rel);
             self.dirty = true;
         }
-        for (_, _, f) in self.store.files() {
-            if !f.lang.is_empty() && lang::by_name(&f.lang).is_none() {
-                *skipped.entry(f.lang.clone()).or_default() += 1;
+        for (_, _, s) in self.store.summaries() {
+            if !s.lang.is_empty() && lang::by_name(&s.lang).is_none() {
+                *skipped.entry(s.lang.clone()).or_default() += 1;
             }
         }
         self.skipped = skipped;
@@ -291,32 +320,36 @@ impl CallIndex {
     }
 
     fn callers(&mut self, msg: Callers) -> Result<CallersReply, String> {
-        let (parsed, scanned) = self.fresh()?;
-        let counts = self.counts(parsed, scanned);
-        Ok(answer::callers(&self.workspace, &self.store, &msg.symbol, msg.path.as_deref(), msg.limit, counts))
+        self.checked(|me| {
+            let (parsed, scanned) = me.fresh()?;
+            let counts = me.counts(parsed, scanned);
+            Ok(answer::callers(&me.workspace, &me.store, &msg.symbol, msg.path.as_deref(), msg.limit, counts))
+        })
     }
 
     fn impact(&mut self, msg: Impact) -> Result<ImpactReply, String> {
-        self.fresh()?;
-        Ok(answer::impact(&self.store, &msg.symbol, msg.depth, self.skipped.clone()))
+        self.checked(|me| {
+            me.fresh()?;
+            Ok(answer::impact(&me.store, &msg.symbol, msg.depth, me.skipped.clone()))
+        })
     }
 
     fn symbols(&mut self, msg: Symbols) -> Result<SymbolsReply, SymbolsError> {
-        match msg.target {
-            SymbolsOf::File(rel) => self.outline(&rel, msg.offset, msg.limit).map(SymbolsReply::Outline),
-            SymbolsOf::Query { query, kind, path } => {
-                let (parsed, scanned) = self.fresh().map_err(SymbolsError::Internal)?;
-                self.store.list_constants();
-                let counts = self.counts(parsed, scanned);
+        match &msg.target {
+            SymbolsOf::File(rel) => self.outline(rel, msg.offset, msg.limit).map(SymbolsReply::Outline),
+            SymbolsOf::Query { query, kind, path } => self.checked(|me| {
+                let (parsed, scanned) = me.fresh().map_err(SymbolsError::Internal)?;
+                me.store.list_constants();
+                let counts = me.counts(parsed, scanned);
                 let args = answer::FindArgs {
-                    query: &query,
-                    kind,
+                    query,
+                    kind: *kind,
                     path: path.as_deref(),
                     offset: msg.offset,
                     limit: msg.limit,
                 };
-                Ok(SymbolsReply::Found(answer::find(&self.workspace, &self.store, args, counts)))
-            }
+                Ok(SymbolsReply::Found(answer::find(&me.workspace, &me.store, args, counts)))
+            }),
         }
     }
 
@@ -329,11 +362,16 @@ impl CallIndex {
         if meta.is_dir() {
             return Err(SymbolsError::IsADirectory(rel.to_owned()));
         }
-        if self.loaded {
-            if let Some(c) = self.store.get(rel).filter(|c| c.size == meta.len() && c.mtime_ns == mtime_ns(&meta)) {
-                if lang::by_name(&c.facts.lang).is_some() {
-                    let facts = c.facts.clone();
-                    return Ok(answer::outline(&self.workspace, rel, &facts, offset, limit));
+        let fresh = self.store.get(rel).is_some_and(|c| c.size == meta.len() && c.mtime_ns == mtime_ns(&meta));
+        if self.loaded && fresh {
+            if let Some((facts, summary)) = self.store.facts(rel) {
+                if lang::by_name(&summary.lang).is_some() {
+                    let reply = answer::outline(&self.workspace, rel, facts, offset, limit);
+                    if !self.store.take_damaged() {
+                        return Ok(reply);
+                    }
+                    // Its saved facts are damaged: parsed below, and the rest on the next call.
+                    self.start_over();
                 }
             }
         }
@@ -383,7 +421,7 @@ fn parse_all(work: &[(Tracked, u64, Option<Hash>)]) -> Vec<(String, Reread)> {
                             let facts = Arc::new(parse(&f.rel, bytes, &mut parser));
                             out.push((
                                 f.rel.clone(),
-                                Reread::Parsed(Cached { size, mtime_ns: *mtime_ns, hash, facts }),
+                                Reread::Parsed(Cached { stamp: Stamp { size, mtime_ns: *mtime_ns, hash }, facts }),
                             ));
                         }
                     }
