@@ -94,8 +94,33 @@ pub struct SnapEntry {
     pub facts: SnapFacts,
 }
 
-/// The cache's entries, as handed to the saving thread.
-pub type Snapshot = Vec<SnapEntry>;
+/// The cache's entries and the tree they were checked against, as handed to the saving thread.
+pub struct Snapshot {
+    pub entries: Vec<SnapEntry>,
+    pub tree: Option<TreeStamp>,
+}
+
+/// What git's index said of the tree when the entries were last checked against it: while
+/// the index file is the same (size, mtime, inode: git replaces it whole on every change), the
+/// tracked files are the same, and a new gm checks the entries without reading the index
+/// (a kernel's takes 100 ms).
+#[derive(Debug, Clone, PartialEq, Eq, bitcode::Encode, bitcode::Decode)]
+pub struct TreeStamp {
+    /// The index file's size, mtime (ns) and inode.
+    pub index: (u64, u64, u64),
+    /// Tracked files of languages gm does not parse, by language.
+    pub other: std::collections::BTreeMap<String, usize>,
+    /// Tracked files that looked like source by their name but were none (missing from the
+    /// disk, an extensionless file that is no script): checked again with the entries.
+    pub unlisted: Vec<String>,
+}
+
+/// The entries section as saved.
+#[derive(Debug, Clone, bitcode::Encode, bitcode::Decode)]
+pub struct Listing {
+    pub tree: Option<TreeStamp>,
+    pub entries: Vec<Entry>,
+}
 
 /// Writes the cache on a thread of its own, so that no reply waits for the encoding and the
 /// disk; when snapshots queue up, only the newest is written.
@@ -270,7 +295,7 @@ pub const CHECK_WHOLE_BELOW: u64 = 64 << 20;
 
 impl Saved {
     /// Opens a cache and reads its entries, checked; `check_whole_below`: see [`CHECK_WHOLE_BELOW`].
-    pub fn open(path: &Path, check_whole_below: u64) -> Result<(Self, Vec<Entry>), CacheError> {
+    pub fn open(path: &Path, check_whole_below: u64) -> Result<(Self, Listing), CacheError> {
         let file = File::open(path)?;
         let mut head = [0u8; HEADER_LEN];
         file.read_exact_at(&mut head, 0).map_err(|_| CacheError::Damaged)?;
@@ -282,7 +307,8 @@ impl Saved {
         if crc32fast::hash(&entries) != header.entries_crc {
             return Err(CacheError::Damaged);
         }
-        let entries: Vec<Entry> = bitcode::decode(&entries)?;
+        let listing: Listing = bitcode::decode(&entries)?;
+        let entries = &listing.entries;
         let table = read_exact(&file, header.table_at(), header.table_len())?;
         if crc32fast::hash(&table) != header.table_crc {
             return Err(CacheError::Damaged);
@@ -297,9 +323,9 @@ impl Saved {
             return Err(CacheError::Damaged);
         }
         if saved.header.total < check_whole_below {
-            saved.check_whole(&entries)?;
+            saved.check_whole(entries)?;
         }
-        Ok((saved, entries))
+        Ok((saved, listing))
     }
 
     /// Checks every bucket's and every file's checksum, from one read of the file.
@@ -366,12 +392,12 @@ fn read_exact(file: &File, at: u64, len: u64) -> Result<Vec<u8>, CacheError> {
     Ok(buf)
 }
 
-fn encode(snapshot: &[SnapEntry]) -> Vec<u8> {
+fn encode(snapshot: &Snapshot) -> Vec<u8> {
     let mut names = names::Builder::default();
     let mut facts: Vec<u8> = Vec::new();
-    let mut blobs: Vec<(u64, u32, u32)> = Vec::with_capacity(snapshot.len());
-    let mut kept: Vec<&SnapEntry> = Vec::with_capacity(snapshot.len());
-    for e in snapshot {
+    let mut blobs: Vec<(u64, u32, u32)> = Vec::with_capacity(snapshot.entries.len());
+    let mut kept: Vec<&SnapEntry> = Vec::with_capacity(snapshot.entries.len());
+    for e in &snapshot.entries {
         // Facts still in the cache being replaced are copied as they are; their names are
         // read from them decoded, one file at a time.
         let (bytes, decoded) = match &e.facts {
@@ -408,7 +434,7 @@ fn encode(snapshot: &[SnapEntry]) -> Vec<u8> {
     // The entries say where their facts lie, which depends on the entries' own length: the
     // offsets are saved relative to the facts and moved once that length is known.
     let entries = |facts_at: u64| -> Vec<u8> {
-        let list: Vec<Entry> = kept
+        let entries: Vec<Entry> = kept
             .iter()
             .zip(&blobs)
             .map(|(e, &(offset, len, crc))| Entry {
@@ -418,7 +444,7 @@ fn encode(snapshot: &[SnapEntry]) -> Vec<u8> {
                 facts: Blob { offset: facts_at + offset, len, crc },
             })
             .collect();
-        bitcode::encode(&list)
+        bitcode::encode(&Listing { tree: snapshot.tree.clone(), entries })
     };
     let mut encoded = entries(0);
     // The length can grow with the offsets (bitcode packs small numbers tighter): again until
@@ -457,7 +483,7 @@ pub fn remove_stale_temporaries(dir: &Path) {
     }
 }
 
-pub fn save(file: &Path, snapshot: &[SnapEntry]) -> Result<(), CacheError> {
+pub fn save(file: &Path, snapshot: &Snapshot) -> Result<(), CacheError> {
     let bytes = encode(snapshot);
     if let Some(dir) = file.parent() {
         std::fs::create_dir_all(dir)?;

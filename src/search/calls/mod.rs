@@ -44,7 +44,7 @@ pub use facts::DefKind;
 
 use super::tracked::{tracked_files, Tracked};
 use crate::watch::{Changes, Subscription};
-use cache::{remove_stale_temporaries, Cached, Hash, Saved, Saver, Snapshot, Stamp, CHECK_WHOLE_BELOW};
+use cache::{remove_stale_temporaries, Cached, Hash, Saved, Saver, Snapshot, Stamp, TreeStamp, CHECK_WHOLE_BELOW};
 use facts::FileFacts;
 use store::Store;
 
@@ -68,6 +68,10 @@ pub struct CallIndex {
     skipped: BTreeMap<String, usize>,
     /// Whether the workspace is in a git repository (a new file is not tracked until added).
     in_git: bool,
+    /// git's index file, when the workspace is in a repository.
+    git_index: Option<PathBuf>,
+    /// What git's index said when the entries were last checked against it (saved with them).
+    tree: Option<TreeStamp>,
     /// A saved cache smaller than this is checked whole when read ([`CHECK_WHOLE_BELOW`]).
     check_whole_below: u64,
 }
@@ -106,7 +110,9 @@ impl CallIndex {
     /// The index of `workspace`, keeping its cache under `state_dir` (the workspace's `.gm`).
     pub fn new(workspace: PathBuf, state_dir: PathBuf, changes: Subscription) -> Self {
         let file = state_dir.join("calls").join("cache.bin");
-        let in_git = git2::Repository::discover(&workspace).is_ok();
+        let repo = git2::Repository::discover(&workspace).ok();
+        let in_git = repo.is_some();
+        let git_index = repo.map(|r| r.path().join("index"));
         Self {
             workspace,
             file,
@@ -118,6 +124,8 @@ impl CallIndex {
             scanned: None,
             skipped: BTreeMap::new(),
             in_git,
+            git_index,
+            tree: None,
             check_whole_below: CHECK_WHOLE_BELOW,
         }
     }
@@ -204,7 +212,10 @@ impl CallIndex {
         if !std::mem::replace(&mut self.loaded, true) {
             // No cache yet, one of another version or a damaged one: everything is parsed.
             self.store = match Saved::open(&self.file, self.check_whole_below) {
-                Ok((saved, entries)) => Store::open(saved, entries),
+                Ok((saved, listing)) => {
+                    self.tree = listing.tree;
+                    Store::open(saved, listing.entries)
+                }
                 Err(_) => Store::default(),
             };
             if let Some(dir) = self.file.parent() {
@@ -217,6 +228,7 @@ impl CallIndex {
     /// next refresh parses everything (and saves a sound cache).
     fn start_over(&mut self) {
         self.store = Store::default();
+        self.tree = None;
         self.loaded = true;
         self.scanned = None;
         let _ = std::fs::remove_file(&self.file);
@@ -236,27 +248,47 @@ impl CallIndex {
     /// Brings the cache up to date; returns (files parsed now, source files).
     fn refresh(&mut self) -> Result<(usize, usize), String> {
         self.load();
-        let tracked = tracked_files(&self.workspace).map_err(|e| e.to_string())?;
-        let mut skipped: BTreeMap<String, usize> = BTreeMap::new();
-        let mut stale = Vec::new();
-        let mut live: BTreeSet<&str> = BTreeSet::new();
-        for f in &tracked {
-            let quick = lang::by_extension(&f.rel).is_some() || lang::extensionless(&f.rel);
-            if !quick {
-                if let Some(other) = lang::other_language(&f.rel) {
-                    *skipped.entry(other.to_owned()).or_default() += 1;
+        // Stamped before it is read: an index written meanwhile differs from the stamp.
+        let index_now = self.git_index.as_deref().and_then(file_stamp);
+        let (sources, mut skipped) = match self.tree.as_ref().filter(|t| index_now == Some(t.index)) {
+            Some(tree) => {
+                let mut rels: Vec<&str> = self.store.paths().chain(tree.unlisted.iter().map(String::as_str)).collect();
+                rels.sort_unstable();
+                rels.dedup();
+                let sources: Vec<Tracked> = rels
+                    .into_iter()
+                    .map(|rel| Tracked { rel: rel.to_owned(), path: self.workspace.join(rel) })
+                    .collect();
+                (sources, tree.other.clone())
+            }
+            None => {
+                let tracked = tracked_files(&self.workspace).map_err(|e| e.to_string())?;
+                let mut other: BTreeMap<String, usize> = BTreeMap::new();
+                let mut sources = Vec::new();
+                for f in tracked {
+                    if lang::by_extension(&f.rel).is_some() || lang::extensionless(&f.rel) {
+                        sources.push(f);
+                    } else if let Some(language) = lang::other_language(&f.rel) {
+                        *other.entry(language.to_owned()).or_default() += 1;
+                    }
                 }
-                continue;
+                (sources, other)
             }
-            let Ok(meta) = std::fs::metadata(&f.path) else { continue };
-            if !candidate(&f.rel, &meta) {
+        };
+        let sources: Vec<&Tracked> = sources.iter().collect();
+        let mut stale = Vec::new();
+        let mut live: rustc_hash::FxHashSet<&str> = Default::default();
+        let mut unlisted = Vec::new();
+        for (f, meta) in sources.iter().zip(stat_all(&sources)) {
+            let Some(meta) = meta.filter(|m| candidate(&f.rel, m)) else {
+                unlisted.push(f.rel.clone());
                 continue;
-            }
+            };
             live.insert(&f.rel);
             let mtime_ns = mtime_ns(&meta);
             let fresh = self.store.get(&f.rel).is_some_and(|c| c.size == meta.len() && c.mtime_ns == mtime_ns);
             if !fresh {
-                stale.push((f.clone(), meta.len(), mtime_ns));
+                stale.push(((*f).clone(), meta.len(), mtime_ns));
             }
         }
         let parsed = self.reparse(stale);
@@ -264,6 +296,13 @@ impl CallIndex {
         for rel in gone {
             self.store.remove(&rel);
             self.dirty = true;
+        }
+        if let Some(index) = index_now {
+            let tree = TreeStamp { index, other: skipped.clone(), unlisted };
+            if self.tree.as_ref() != Some(&tree) {
+                self.tree = Some(tree);
+                self.dirty = true;
+            }
         }
         for (_, _, s) in self.store.summaries() {
             if !s.lang.is_empty() && lang::by_name(&s.lang).is_none() {
@@ -310,7 +349,7 @@ impl CallIndex {
         if !std::mem::take(&mut self.dirty) {
             return;
         }
-        let snapshot: Snapshot = self.store.snapshot();
+        let snapshot = Snapshot { entries: self.store.snapshot(), tree: self.tree.clone() };
         let file = &self.file;
         self.saver.get_or_insert_with(|| Saver::start(file.clone())).save(snapshot);
     }
@@ -389,6 +428,26 @@ impl CallIndex {
     }
 }
 
+/// Every file's metadata (`None` for one that is gone), on every core: the first call after a
+/// restart checks a whole tree (55,000 files of a kernel), and one core takes 200 ms for it.
+fn stat_all(files: &[&Tracked]) -> Vec<Option<std::fs::Metadata>> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let per = files.len().div_ceil(threads).max(1024);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = files
+            .chunks(per)
+            .map(|mine| scope.spawn(move || mine.iter().map(|f| std::fs::metadata(&f.path).ok()).collect::<Vec<_>>()))
+            .collect();
+        // A thread that panicked leaves its files out: they count as gone, and are parsed
+        // again on the next call that finds them.
+        let mut out = Vec::with_capacity(files.len());
+        for (h, mine) in handles.into_iter().zip(files.chunks(per)) {
+            out.extend(h.join().unwrap_or_else(|_| vec![None; mine.len()]));
+        }
+        out
+    })
+}
+
 /// Reads and parses files on every core; returns what each read found.
 fn parse_all(work: &[(Tracked, u64, Option<Hash>)]) -> Vec<(String, Reread)> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -440,6 +499,13 @@ enum Reread {
         mtime_ns: u64,
     },
     Parsed(Cached),
+}
+
+/// A file's size, mtime (ns) and inode.
+fn file_stamp(path: &std::path::Path) -> Option<(u64, u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.len(), mtime_ns(&meta), meta.ino()))
 }
 
 fn mtime_ns(meta: &std::fs::Metadata) -> u64 {

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use rustc_hash::{FxHashMap, FxHasher};
 
-use super::cache::{Blob, Cached, Entry, Saved, SnapEntry, SnapFacts, Snapshot, Stamp, Summary};
+use super::cache::{Blob, Cached, Entry, Saved, SnapEntry, SnapFacts, Stamp, Summary};
 use super::facts::{DefKind, FileFacts};
 
 pub type FileId = u32;
@@ -380,7 +380,7 @@ impl Store {
         map
     }
 
-    pub fn snapshot(&self) -> Snapshot {
+    pub fn snapshot(&self) -> Vec<SnapEntry> {
         self.slots
             .iter()
             .flatten()

@@ -189,6 +189,7 @@ fn a_file_deleted_between_runs_is_gone_from_the_answer() {
     drop(second);
     assert_eq!(callers(&mut index(dir.path()), "helper").files_scanned, 1);
     let (_, saved) = Saved::open(&cache_file(dir.path()), u64::MAX).expect("saved");
+    let saved = saved.entries;
     assert_eq!(
         saved.iter().map(|e| &e.path).collect::<Vec<_>>(),
         ["a.ts"],
@@ -319,7 +320,7 @@ fn a_file_edited_after_a_restart_replaces_its_saved_sites_and_names() {
 /// The saved cache's bytes with one byte flipped where `place` says.
 fn damage(dir: &Path, place: impl Fn(&[cache::Entry], usize) -> usize) {
     let file = cache_file(dir);
-    let (_, entries) = Saved::open(&file, u64::MAX).expect("a sound cache");
+    let entries = Saved::open(&file, u64::MAX).expect("a sound cache").1.entries;
     let mut bytes = std::fs::read(&file).expect("read");
     let at = place(&entries, bytes.len());
     bytes[at] ^= 0x20;
@@ -375,4 +376,30 @@ fn a_cache_cut_short_or_grown_is_not_opened() {
         let r = callers(&mut piecewise_index(dir.path()), "helper");
         assert_eq!((r.files_parsed, sites(&r).len()), (2, 2));
     }
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let ok = std::process::Command::new("git").args(args).current_dir(dir).status().is_ok_and(|s| s.success());
+    assert!(ok, "git {args:?}");
+}
+
+#[test]
+fn with_git_s_index_unchanged_a_restart_checks_the_saved_files_and_a_new_tracked_file_is_found_once_added() {
+    let dir = workspace();
+    git(dir.path(), &["init", "-q"]);
+    git(dir.path(), &["add", "a.ts", "b.ts"]);
+    drop(first_run(dir.path()));
+    // Unchanged index: the saved list of files is checked, and an edit found.
+    write(dir.path(), "b.ts", "import { helper } from './a';\nfunction run() {\n  helper();\n}\n");
+    let r = callers(&mut index(dir.path()), "helper");
+    assert_eq!((r.files_parsed, sites(&r)), (1, vec!["a.ts:2 in <top level>".to_owned(), "b.ts:3 in run".to_owned()]));
+    // A new file is tracked once added: the index changed, so it is read again.
+    write(dir.path(), "c.ts", "import { helper } from './a';\nhelper();\n");
+    assert_eq!(callers(&mut index(dir.path()), "helper").total, 2, "not tracked yet");
+    git(dir.path(), &["add", "c.ts"]);
+    let r = callers(&mut index(dir.path()), "helper");
+    assert_eq!((r.files_parsed, r.files_scanned, r.total), (1, 3, 3));
+    std::fs::remove_file(dir.path().join("c.ts")).expect("rm");
+    let r = callers(&mut index(dir.path()), "helper");
+    assert_eq!((r.files_scanned, r.total), (2, 2), "a tracked file gone from the disk is gone");
 }
