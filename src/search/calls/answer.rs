@@ -301,10 +301,12 @@ fn sites(r: &Resolver, names: &[String], targets: &[At], defined: bool, path: Op
     }
     // Every site needs its file's facts: after a restart they are still in the saved cache,
     // and are read on every core first.
-    let mut calling: Vec<u32> = listed.iter().map(|(id, _)| *id).collect();
-    calling.sort_unstable();
-    calling.dedup();
-    r.store.prefetch(&calling);
+    if r.store.reads_saved() {
+        let mut calling: Vec<u32> = listed.iter().map(|(id, _)| *id).collect();
+        calling.sort_unstable();
+        calling.dedup();
+        r.store.prefetch(&calling);
+    }
     for at in listed {
         let reach = r.reach(at);
         let keep = match &reach {

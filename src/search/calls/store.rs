@@ -129,6 +129,11 @@ impl Store {
         }
     }
 
+    /// Whether some facts are still in the saved cache (worth a `prefetch`).
+    pub fn reads_saved(&self) -> bool {
+        self.saved.is_some()
+    }
+
     /// Reads the saved facts of `ids` on every core (a query about to look at them all).
     pub fn prefetch(&self, ids: &[FileId]) {
         let unread: Vec<&Slot> = ids
