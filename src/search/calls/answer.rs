@@ -293,24 +293,31 @@ struct Sites {
 fn sites(r: &Resolver, names: &[String], targets: &[At], defined: bool, path: Option<&str>) -> Sites {
     let mut found = Vec::new();
     let mut excluded = 0;
+    let mut listed: Vec<At> = Vec::new();
     for name in names {
-        for &at in r.store.calls_named(name) {
-            if let Some(prefix) = path {
-                if !r.facts(at.0).is_some_and(|(p, _)| p.starts_with(prefix)) {
-                    continue;
-                }
-            }
-            let reach = r.reach(at);
-            let keep = match &reach {
-                Reach::Defs { defs, .. } => defs.iter().any(|d| targets.contains(d)),
-                Reach::Macro => true,
-                Reach::Outside => !defined,
-            };
-            if keep {
-                found.push((at, reach));
-            } else {
-                excluded += 1;
-            }
+        let calls = r.store.calls_named(name);
+        let under = |at: &At| path.is_none_or(|prefix| r.store.path(at.0).is_some_and(|p| p.starts_with(prefix)));
+        listed.extend(calls.into_iter().filter(under));
+    }
+    // Every site needs its file's facts: after a restart they are still in the saved cache,
+    // and are read on every core first.
+    if r.store.reads_saved() {
+        let mut calling: Vec<u32> = listed.iter().map(|(id, _)| *id).collect();
+        calling.sort_unstable();
+        calling.dedup();
+        r.store.prefetch(&calling);
+    }
+    for at in listed {
+        let reach = r.reach(at);
+        let keep = match &reach {
+            Reach::Defs { defs, .. } => defs.iter().any(|d| targets.contains(d)),
+            Reach::Macro => true,
+            Reach::Outside => !defined,
+        };
+        if keep {
+            found.push((at, reach));
+        } else {
+            excluded += 1;
         }
     }
     // By path, line and column: the files' order is worked out once, then the sites sort by
@@ -318,7 +325,7 @@ fn sites(r: &Resolver, names: &[String], targets: &[At], defined: bool, path: Op
     let mut files: Vec<u32> = found.iter().map(|((id, _), _)| *id).collect();
     files.sort_unstable();
     files.dedup();
-    files.sort_by_key(|id| r.facts(*id).map_or("", |(p, _)| p));
+    files.sort_by_key(|id| r.store.path(*id).unwrap_or(""));
     let rank: HashMap<u32, u32> = files.iter().enumerate().map(|(i, id)| (*id, i as u32)).collect();
     found.sort_by_cached_key(|((id, ci), _)| {
         let c = r.facts(*id).and_then(|(_, f)| f.calls.get(*ci as usize));

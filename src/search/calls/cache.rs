@@ -1,27 +1,126 @@
-//! The call index's cache on disk (`<state dir>/calls/cache.bin`): every file's facts with the
-//! size, mtime and content hash they were read at, so that a new gm parses only what changed.
-//! It is written on a thread of its own, off every reply's path.
+//! The call index's cache on disk (`<state dir>/calls/cache.bin`), used where it lies: a new
+//! gm reads every file's entry (path, size, mtime, hash, and the little the resolver asks of
+//! every file), and then only the name lists and the facts a query needs, each checked by its
+//! own checksum as it is read. It is written on a thread of its own, off every reply's path.
+//!
+//! Layout (little-endian): the header (see [`Header`]); the entries, bitcode-encoded; the name
+//! table and its records (`names.rs`); every file's facts, bitcode-encoded one by one.
 
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 
 use super::facts::FileFacts;
+use super::names::{self, Named, Table};
 
 /// SHA-256 of a file's bytes.
 pub type Hash = [u8; 32];
 
-#[derive(Debug, Clone, bitcode::Encode, bitcode::Decode)]
-pub struct Cached {
+/// What a file was when its facts were read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, bitcode::Encode, bitcode::Decode)]
+pub struct Stamp {
     pub size: u64,
     pub mtime_ns: u64,
     pub hash: Hash,
-    /// Shared with the saving thread's snapshot, so taking one copies no facts.
+}
+
+/// What the resolver asks of every file of the tree (a module's files, the type hierarchy,
+/// renaming imports): kept beside the facts, so that those questions read no facts.
+#[derive(Debug, Clone, Default, PartialEq, Eq, bitcode::Encode, bitcode::Decode)]
+pub struct Summary {
+    pub lang: String,
+    /// The package or namespace the file declares.
+    pub module: String,
+    /// (type, base).
+    pub bases: Vec<(String, String)>,
+    /// Imports under another name: (original, local).
+    pub renames: Vec<(String, String)>,
+}
+
+impl Summary {
+    pub fn of(f: &FileFacts) -> Self {
+        Self {
+            lang: f.lang.clone(),
+            module: f.str(f.module).to_owned(),
+            bases: f.bases.iter().map(|&(t, b)| (f.str(t).to_owned(), f.str(b).to_owned())).collect(),
+            renames: f
+                .imports
+                .iter()
+                .map(|i| (f.str(i.name), f.str(i.local)))
+                .filter(|(original, local)| !original.is_empty() && original != local)
+                .map(|(o, l)| (o.to_owned(), l.to_owned()))
+                .collect(),
+        }
+    }
+}
+
+/// A freshly parsed file.
+#[derive(Debug, Clone)]
+pub struct Cached {
+    pub stamp: Stamp,
     pub facts: Arc<FileFacts>,
 }
 
-/// The cache's entries, as handed to the saving thread.
-pub type Snapshot = Vec<(String, Cached)>;
+/// Where a file's facts lie in the cache file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, bitcode::Encode, bitcode::Decode)]
+pub struct Blob {
+    pub offset: u64,
+    pub len: u32,
+    pub crc: u32,
+}
+
+/// A file's entry as saved.
+#[derive(Debug, Clone, bitcode::Encode, bitcode::Decode)]
+pub struct Entry {
+    pub path: String,
+    pub stamp: Stamp,
+    pub summary: Summary,
+    pub facts: Blob,
+}
+
+/// A file's facts as handed to the saving thread: decoded, or still in an earlier cache file
+/// (copied as they are).
+pub enum SnapFacts {
+    Decoded(Arc<FileFacts>),
+    Saved(Arc<Saved>, Blob),
+}
+
+pub struct SnapEntry {
+    pub path: String,
+    pub stamp: Stamp,
+    pub summary: Arc<Summary>,
+    pub facts: SnapFacts,
+}
+
+/// The cache's entries and the tree they were checked against, as handed to the saving thread.
+pub struct Snapshot {
+    pub entries: Vec<SnapEntry>,
+    pub tree: Option<TreeStamp>,
+}
+
+/// What git's index said of the tree when the entries were last checked against it: while
+/// the index file is the same (size, mtime, inode: git replaces it whole on every change), the
+/// tracked files are the same, and a new gm checks the entries without reading the index
+/// (a kernel's takes 100 ms).
+#[derive(Debug, Clone, PartialEq, Eq, bitcode::Encode, bitcode::Decode)]
+pub struct TreeStamp {
+    /// The index file's size, mtime (ns) and inode.
+    pub index: (u64, u64, u64),
+    /// Tracked files of languages gm does not parse, by language.
+    pub other: std::collections::BTreeMap<String, usize>,
+    /// Tracked files that looked like source by their name but were none (missing from the
+    /// disk, an extensionless file that is no script): checked again with the entries.
+    pub unlisted: Vec<String>,
+}
+
+/// The entries section as saved.
+#[derive(Debug, Clone, bitcode::Encode, bitcode::Decode)]
+pub struct Listing {
+    pub tree: Option<TreeStamp>,
+    pub entries: Vec<Entry>,
+}
 
 /// Writes the cache on a thread of its own, so that no reply waits for the encoding and the
 /// disk; when snapshots queue up, only the newest is written.
@@ -73,17 +172,85 @@ impl Drop for Saver {
     }
 }
 
-/// The cache file starts with this, then the format version (u32 LE), the languages'
-/// fingerprint (u32 LE, see [`fingerprint`]) and the number of parts (u32 LE); then each part:
-/// its length (u64 LE), its CRC-32 (u32 LE) and its entries, bitcode-encoded. The checksum catches damage that
-/// would still decode (a flipped byte in a name), which would otherwise answer wrongly until
-/// the file changed.
 pub const MAGIC: &[u8; 8] = b"gm-calls";
-/// Bump it when `Cached` or anything it holds changes, or what `extract` records, or when the
-/// bitcode dependency moves to another 0.x (its encoding may change between those): a cache of
-/// another version is ignored.
-pub const FORMAT_VERSION: u32 = 4;
-const HEADER_LEN: usize = 20;
+/// Bump it when the layout changes, or `Entry`, `FileFacts` or anything they hold, or what
+/// `extract` records, or when the bitcode dependency moves to another 0.x (its encoding may
+/// change between those): a cache of another version is ignored.
+pub const FORMAT_VERSION: u32 = 5;
+
+/// The header: `MAGIC`, the format version (u32), the languages' fingerprint (u32, see
+/// [`fingerprint`]), the file's length (u64), the entries' length (u64), the records' length
+/// (u64), the number of name buckets (u32), the entries' CRC-32, the name table's CRC-32, and
+/// the CRC-32 of the header before it. The entries start right after it, then the table, the
+/// records, and the facts up to the end.
+struct Header {
+    total: u64,
+    entries_len: u64,
+    records_len: u64,
+    buckets: u32,
+    entries_crc: u32,
+    table_crc: u32,
+}
+
+const HEADER_LEN: usize = 56;
+
+impl Header {
+    fn table_len(&self) -> u64 {
+        (u64::from(self.buckets) + 1) * 8 + u64::from(self.buckets) * 4
+    }
+
+    fn table_at(&self) -> u64 {
+        HEADER_LEN as u64 + self.entries_len
+    }
+
+    fn records_at(&self) -> u64 {
+        self.table_at() + self.table_len()
+    }
+
+    fn facts_at(&self) -> u64 {
+        self.records_at() + self.records_len
+    }
+
+    fn write(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        out.extend_from_slice(&fingerprint().to_le_bytes());
+        for n in [self.total, self.entries_len, self.records_len] {
+            out.extend_from_slice(&n.to_le_bytes());
+        }
+        for n in [self.buckets, self.entries_crc, self.table_crc] {
+            out.extend_from_slice(&n.to_le_bytes());
+        }
+        let crc = crc32fast::hash(&out[out.len() - (HEADER_LEN - 4)..]);
+        out.extend_from_slice(&crc.to_le_bytes());
+    }
+
+    fn read(bytes: &[u8; HEADER_LEN]) -> Result<Self, CacheError> {
+        if bytes[..8] != MAGIC[..]
+            || bytes[8..12] != FORMAT_VERSION.to_le_bytes()
+            || bytes[12..16] != fingerprint().to_le_bytes()
+        {
+            return Err(CacheError::Version);
+        }
+        if bytes[52..] != crc32fast::hash(&bytes[..52]).to_le_bytes() {
+            return Err(CacheError::Damaged);
+        }
+        let u64_at = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().unwrap_or_default());
+        let u32_at = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().unwrap_or_default());
+        let header = Self {
+            total: u64_at(16),
+            entries_len: u64_at(24),
+            records_len: u64_at(32),
+            buckets: u32_at(40),
+            entries_crc: u32_at(44),
+            table_crc: u32_at(48),
+        };
+        if !header.buckets.is_power_of_two() || header.facts_at() > header.total {
+            return Err(CacheError::Damaged);
+        }
+        Ok(header)
+    }
+}
 
 /// What the facts depend on besides the file: every language's extensions and queries. A gm
 /// whose queries changed (a new language, a fixed pattern) reads no cache of another's.
@@ -105,80 +272,201 @@ pub enum CacheError {
     Io(#[from] std::io::Error),
     #[error("the call-site cache is not of format version {FORMAT_VERSION} with these languages")]
     Version,
-    #[error("the call-site cache is damaged (its checksum does not match)")]
-    Checksum,
+    #[error("the call-site cache is damaged (a length or a checksum does not match)")]
+    Damaged,
     #[error("the call-site cache cannot be decoded: {0}")]
     Decode(#[from] bitcode::Error),
 }
 
-/// The entries are saved in this many parts, each with its length and checksum, so that a
-/// new gm decodes them on every core.
-const PARTS: usize = 8;
-
-fn encode(entries: &[(String, Cached)]) -> Vec<u8> {
-    let size = entries.len().div_ceil(PARTS).max(1);
-    let mut out = Vec::new();
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-    out.extend_from_slice(&fingerprint().to_le_bytes());
-    out.extend_from_slice(&(PARTS as u32).to_le_bytes());
-    for i in 0..PARTS {
-        let part = entries.get(i * size..((i + 1) * size).min(entries.len())).unwrap_or(&[]);
-        let body = bitcode::encode(part);
-        out.extend_from_slice(&(body.len() as u64).to_le_bytes());
-        out.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
-        out.extend_from_slice(&body);
-    }
-    out
+/// An open cache file: read piece by piece with `pread`, never mapped, so that a file cut short
+/// or rewritten under gm by another program reads as damaged (a short read, a checksum that
+/// does not match), never as a fault. gm itself never writes into a cache file: a save writes a
+/// new file and renames it over the old one, and this handle keeps reading the old one.
+pub struct Saved {
+    file: File,
+    header: Header,
+    table: Table,
 }
 
-fn decode(bytes: &[u8]) -> Result<Vec<(String, Cached)>, CacheError> {
-    let (header, mut rest) = bytes.split_at_checked(HEADER_LEN).ok_or(CacheError::Version)?;
-    if header[..8] != MAGIC[..]
-        || header[8..12] != FORMAT_VERSION.to_le_bytes()
-        || header[12..16] != fingerprint().to_le_bytes()
-        || header[16..] != (PARTS as u32).to_le_bytes()
-    {
-        return Err(CacheError::Version);
+/// Caches up to this size are checked whole when opened (a few milliseconds): damage anywhere
+/// is then found before the first answer. A larger one is checked piece by piece as queries
+/// read it.
+pub const CHECK_WHOLE_BELOW: u64 = 64 << 20;
+
+impl Saved {
+    /// Opens a cache and reads its entries, checked; `check_whole_below`: see [`CHECK_WHOLE_BELOW`].
+    pub fn open(path: &Path, check_whole_below: u64) -> Result<(Self, Listing), CacheError> {
+        let file = File::open(path)?;
+        let mut head = [0u8; HEADER_LEN];
+        file.read_exact_at(&mut head, 0).map_err(|_| CacheError::Damaged)?;
+        let header = Header::read(&head)?;
+        if file.metadata()?.len() != header.total {
+            return Err(CacheError::Damaged);
+        }
+        let entries = read_exact(&file, HEADER_LEN as u64, header.entries_len)?;
+        if crc32fast::hash(&entries) != header.entries_crc {
+            return Err(CacheError::Damaged);
+        }
+        let listing: Listing = bitcode::decode(&entries)?;
+        let entries = &listing.entries;
+        let table = read_exact(&file, header.table_at(), header.table_len())?;
+        if crc32fast::hash(&table) != header.table_crc {
+            return Err(CacheError::Damaged);
+        }
+        let table = Table::read(&table, header.buckets).ok_or(CacheError::Damaged)?;
+        let saved = Self { file, header, table };
+        let facts_at = saved.header.facts_at();
+        let in_bounds = entries.iter().all(|e| {
+            e.facts.offset >= facts_at && e.facts.offset.saturating_add(u64::from(e.facts.len)) <= saved.header.total
+        });
+        if !in_bounds {
+            return Err(CacheError::Damaged);
+        }
+        if saved.header.total < check_whole_below {
+            saved.check_whole(entries)?;
+        }
+        Ok((saved, listing))
     }
-    let mut parts = Vec::with_capacity(PARTS);
-    for _ in 0..PARTS {
-        let (len, after) = rest.split_at_checked(8).ok_or(CacheError::Checksum)?;
-        let (crc, after) = after.split_at_checked(4).ok_or(CacheError::Checksum)?;
-        let len = u64::from_le_bytes(len.try_into().map_err(|_| CacheError::Checksum)?);
-        let (body, after) = after
-            .split_at_checked(usize::try_from(len).map_err(|_| CacheError::Checksum)?)
-            .ok_or(CacheError::Checksum)?;
-        parts.push((crc, body));
-        rest = after;
+
+    /// Checks every bucket's and every file's checksum, from one read of the file.
+    fn check_whole(&self, entries: &[Entry]) -> Result<(), CacheError> {
+        let all = read_exact(&self.file, 0, self.header.total)?;
+        let records = self.header.records_at();
+        for (start, end, crc) in self.table.all() {
+            let piece = all.get(slice(records + start, records + end)?).ok_or(CacheError::Damaged)?;
+            if crc32fast::hash(piece) != crc {
+                return Err(CacheError::Damaged);
+            }
+        }
+        for e in entries {
+            let b = e.facts;
+            let piece = all.get(slice(b.offset, b.offset + u64::from(b.len))?).ok_or(CacheError::Damaged)?;
+            if crc32fast::hash(piece) != b.crc {
+                return Err(CacheError::Damaged);
+            }
+        }
+        Ok(())
     }
-    if !rest.is_empty() {
-        return Err(CacheError::Checksum);
+
+    /// A file's facts, checked and decoded.
+    pub fn facts(&self, blob: Blob) -> Result<FileFacts, CacheError> {
+        Ok(bitcode::decode(&self.raw(blob)?)?)
     }
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, PARTS);
-    let decoded: Vec<Result<Vec<(String, Cached)>, CacheError>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = parts
-            .chunks(PARTS.div_ceil(threads))
-            .map(|mine| {
-                scope.spawn(move || {
-                    let mut out = Vec::new();
-                    for (crc, body) in mine {
-                        if crc[..] != crc32fast::hash(body).to_le_bytes() {
-                            return Err(CacheError::Checksum);
-                        }
-                        out.extend(bitcode::decode::<Vec<(String, Cached)>>(body)?);
-                    }
-                    Ok(out)
-                })
+
+    /// A file's facts as saved, checked.
+    pub fn raw(&self, blob: Blob) -> Result<Vec<u8>, CacheError> {
+        let bytes = read_exact(&self.file, blob.offset, u64::from(blob.len))?;
+        if crc32fast::hash(&bytes) != blob.crc {
+            return Err(CacheError::Damaged);
+        }
+        Ok(bytes)
+    }
+
+    /// Where `name` is called and defined, as saved.
+    pub fn named(&self, name: &str) -> Result<Named, CacheError> {
+        let (start, end, crc) = self.table.bucket(name);
+        if end > self.header.records_len {
+            return Err(CacheError::Damaged);
+        }
+        let bucket = read_exact(&self.file, self.header.records_at() + start, end - start)?;
+        if crc32fast::hash(&bucket) != crc {
+            return Err(CacheError::Damaged);
+        }
+        names::find(&bucket, name).ok_or(CacheError::Damaged)
+    }
+}
+
+fn slice(start: u64, end: u64) -> Result<std::ops::Range<usize>, CacheError> {
+    let start = usize::try_from(start).map_err(|_| CacheError::Damaged)?;
+    let end = usize::try_from(end).map_err(|_| CacheError::Damaged)?;
+    Ok(start..end)
+}
+
+/// `len` bytes at `at`; a file shorter than that is damaged.
+fn read_exact(file: &File, at: u64, len: u64) -> Result<Vec<u8>, CacheError> {
+    let mut buf = vec![0u8; usize::try_from(len).map_err(|_| CacheError::Damaged)?];
+    file.read_exact_at(&mut buf, at).map_err(|e| match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => CacheError::Damaged,
+        _ => CacheError::Io(e),
+    })?;
+    Ok(buf)
+}
+
+fn encode(snapshot: &Snapshot) -> Vec<u8> {
+    let mut names = names::Builder::default();
+    let mut facts: Vec<u8> = Vec::new();
+    let mut blobs: Vec<(u64, u32, u32)> = Vec::with_capacity(snapshot.entries.len());
+    let mut kept: Vec<&SnapEntry> = Vec::with_capacity(snapshot.entries.len());
+    for e in &snapshot.entries {
+        // Facts still in the cache being replaced are copied as they are; their names are
+        // read from them decoded, one file at a time.
+        let (bytes, decoded) = match &e.facts {
+            SnapFacts::Decoded(f) => (bitcode::encode(&**f), None),
+            SnapFacts::Saved(saved, blob) => match saved.raw(*blob) {
+                Ok(bytes) => match bitcode::decode::<FileFacts>(&bytes) {
+                    Ok(f) => (bytes, Some(f)),
+                    Err(_) => continue,
+                },
+                // A damaged entry is left out: the next gm parses that file.
+                Err(_) => continue,
+            },
+        };
+        let f = match (&e.facts, &decoded) {
+            (SnapFacts::Decoded(f), _) => &**f,
+            (_, Some(f)) => f,
+            _ => continue,
+        };
+        let Ok(len) = u32::try_from(bytes.len()) else { continue };
+        names.add(kept.len() as u32, f);
+        blobs.push((facts.len() as u64, len, crc32fast::hash(&bytes)));
+        facts.extend_from_slice(&bytes);
+        kept.push(e);
+    }
+    let (table, records, buckets) = names.finish();
+    let mut header = Header {
+        total: 0,
+        entries_len: 0,
+        records_len: records.len() as u64,
+        buckets,
+        entries_crc: 0,
+        table_crc: crc32fast::hash(&table),
+    };
+    // The entries say where their facts lie, which depends on the entries' own length: the
+    // offsets are saved relative to the facts and moved once that length is known.
+    let entries = |facts_at: u64| -> Vec<u8> {
+        let entries: Vec<Entry> = kept
+            .iter()
+            .zip(&blobs)
+            .map(|(e, &(offset, len, crc))| Entry {
+                path: e.path.clone(),
+                stamp: e.stamp,
+                summary: (*e.summary).clone(),
+                facts: Blob { offset: facts_at + offset, len, crc },
             })
             .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or(Err(CacheError::Checksum))).collect()
-    });
-    let mut entries = Vec::new();
-    for part in decoded {
-        entries.extend(part?);
+        bitcode::encode(&Listing { tree: snapshot.tree.clone(), entries })
+    };
+    let mut encoded = entries(0);
+    // The length can grow with the offsets (bitcode packs small numbers tighter): again until
+    // it stays.
+    loop {
+        header.entries_len = encoded.len() as u64;
+        let again = entries(header.facts_at());
+        if again.len() == encoded.len() {
+            encoded = again;
+            break;
+        }
+        encoded = again;
     }
-    Ok(entries)
+    header.entries_crc = crc32fast::hash(&encoded);
+    header.total = header.facts_at() + facts.len() as u64;
+    let mut out = Vec::with_capacity(usize::try_from(header.total).unwrap_or(0));
+    header.write(&mut out);
+    out.extend_from_slice(&encoded);
+    out.extend_from_slice(&table);
+    out.extend_from_slice(&records);
+    out.extend_from_slice(&facts);
+    out
 }
 
 /// Removes the temporary files of saves cut short (a gm that exited while its saving thread
@@ -195,19 +483,8 @@ pub fn remove_stale_temporaries(dir: &Path) {
     }
 }
 
-pub fn load(file: &Path) -> Result<Vec<(String, Cached)>, CacheError> {
-    let f = std::fs::File::open(file)?;
-    // Mapped, not read: a kernel-size cache is half a gigabyte, and a read would first have
-    // the kernel zero that much fresh memory to copy it into.
-    // SAFETY: gm never writes into a cache file: a save writes a new file and renames it over
-    // the old one (`gm_actors::fs::replace`), so the mapped bytes stay as they are while they
-    // are decoded, and the mapping is dropped before this returns.
-    let map = unsafe { memmap2::Mmap::map(&f)? };
-    decode(&map)
-}
-
-pub fn save(file: &Path, entries: &[(String, Cached)]) -> Result<(), CacheError> {
-    let bytes = encode(entries);
+pub fn save(file: &Path, snapshot: &Snapshot) -> Result<(), CacheError> {
+    let bytes = encode(snapshot);
     if let Some(dir) = file.parent() {
         std::fs::create_dir_all(dir)?;
     }

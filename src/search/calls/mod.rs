@@ -13,13 +13,15 @@
 //! - `store.rs` — every file's facts in memory, with where each name is defined and called.
 //! - `resolve.rs` — which definitions a call may reach.
 //! - `answer.rs` — the replies of `callers`, `impact` and `symbols`.
-//! - `cache.rs` — the cache on disk.
+//! - `cache.rs` — the cache on disk, read piece by piece as queries need it.
+//! - `names.rs` — the cache's table of where each name is called and defined.
 
 mod answer;
 mod cache;
 mod extract;
 mod facts;
 pub mod lang;
+mod names;
 mod resolve;
 mod store;
 
@@ -42,7 +44,7 @@ pub use facts::DefKind;
 
 use super::tracked::{tracked_files, Tracked};
 use crate::watch::{Changes, Subscription};
-use cache::{load, remove_stale_temporaries, Cached, Hash, Saver, Snapshot};
+use cache::{remove_stale_temporaries, Cached, Hash, Saved, Saver, Snapshot, Stamp, TreeStamp, CHECK_WHOLE_BELOW};
 use facts::FileFacts;
 use store::Store;
 
@@ -66,6 +68,12 @@ pub struct CallIndex {
     skipped: BTreeMap<String, usize>,
     /// Whether the workspace is in a git repository (a new file is not tracked until added).
     in_git: bool,
+    /// git's index file, when the workspace is in a repository.
+    git_index: Option<PathBuf>,
+    /// What git's index said when the entries were last checked against it (saved with them).
+    tree: Option<TreeStamp>,
+    /// A saved cache smaller than this is checked whole when read ([`CHECK_WHOLE_BELOW`]).
+    check_whole_below: u64,
 }
 
 /// Whether a file may be source gm reads: an extension of one of its languages, or no
@@ -102,7 +110,9 @@ impl CallIndex {
     /// The index of `workspace`, keeping its cache under `state_dir` (the workspace's `.gm`).
     pub fn new(workspace: PathBuf, state_dir: PathBuf, changes: Subscription) -> Self {
         let file = state_dir.join("calls").join("cache.bin");
-        let in_git = git2::Repository::discover(&workspace).is_ok();
+        let repo = git2::Repository::discover(&workspace).ok();
+        let in_git = repo.is_some();
+        let git_index = repo.map(|r| r.path().join("index"));
         Self {
             workspace,
             file,
@@ -114,6 +124,9 @@ impl CallIndex {
             scanned: None,
             skipped: BTreeMap::new(),
             in_git,
+            git_index,
+            tree: None,
+            check_whole_below: CHECK_WHOLE_BELOW,
         }
     }
 
@@ -148,7 +161,7 @@ impl CallIndex {
     }
 
     fn source_files(&self) -> usize {
-        self.store.files().filter(|(_, _, f)| lang::by_name(&f.lang).is_some()).count()
+        self.store.summaries().filter(|(_, _, s)| lang::by_name(&s.lang).is_some()).count()
     }
 
     /// Reparses the changed files among `paths` (a path may be a directory that went away);
@@ -193,41 +206,89 @@ impl CallIndex {
         Some(parsed)
     }
 
-    /// Reads the saved cache, once.
+    /// Opens the saved cache, once: its entries are read, its facts and name lists are read
+    /// as queries need them.
     fn load(&mut self) {
         if !std::mem::replace(&mut self.loaded, true) {
             // No cache yet, one of another version or a damaged one: everything is parsed.
-            self.store = Store::from_entries(load(&self.file).unwrap_or_default());
+            self.store = match Saved::open(&self.file, self.check_whole_below) {
+                Ok((saved, listing)) => {
+                    self.tree = listing.tree;
+                    Store::open(saved, listing.entries)
+                }
+                Err(_) => Store::default(),
+            };
             if let Some(dir) = self.file.parent() {
                 remove_stale_temporaries(dir);
             }
         }
     }
 
+    /// Forgets a saved cache found damaged while answering: the store starts empty, so the
+    /// next refresh parses everything (and saves a sound cache).
+    fn start_over(&mut self) {
+        self.store = Store::default();
+        self.tree = None;
+        self.loaded = true;
+        self.scanned = None;
+        let _ = std::fs::remove_file(&self.file);
+    }
+
+    /// Answers with `answer`, and again from a fresh parse when a piece of the saved cache it
+    /// read turned out damaged: a damaged cache costs a parse, never a wrong answer.
+    fn checked<T>(&mut self, answer: impl Fn(&mut Self) -> T) -> T {
+        let first = answer(self);
+        if !self.store.take_damaged() {
+            return first;
+        }
+        self.start_over();
+        answer(self)
+    }
+
     /// Brings the cache up to date; returns (files parsed now, source files).
     fn refresh(&mut self) -> Result<(usize, usize), String> {
         self.load();
-        let tracked = tracked_files(&self.workspace).map_err(|e| e.to_string())?;
-        let mut skipped: BTreeMap<String, usize> = BTreeMap::new();
-        let mut stale = Vec::new();
-        let mut live: BTreeSet<&str> = BTreeSet::new();
-        for f in &tracked {
-            let quick = lang::by_extension(&f.rel).is_some() || lang::extensionless(&f.rel);
-            if !quick {
-                if let Some(other) = lang::other_language(&f.rel) {
-                    *skipped.entry(other.to_owned()).or_default() += 1;
+        // Stamped before it is read: an index written meanwhile differs from the stamp.
+        let index_now = self.git_index.as_deref().and_then(file_stamp);
+        let (sources, mut skipped) = match self.tree.as_ref().filter(|t| index_now == Some(t.index)) {
+            Some(tree) => {
+                let mut rels: Vec<&str> = self.store.paths().chain(tree.unlisted.iter().map(String::as_str)).collect();
+                rels.sort_unstable();
+                rels.dedup();
+                let sources: Vec<Tracked> = rels
+                    .into_iter()
+                    .map(|rel| Tracked { rel: rel.to_owned(), path: self.workspace.join(rel) })
+                    .collect();
+                (sources, tree.other.clone())
+            }
+            None => {
+                let tracked = tracked_files(&self.workspace).map_err(|e| e.to_string())?;
+                let mut other: BTreeMap<String, usize> = BTreeMap::new();
+                let mut sources = Vec::new();
+                for f in tracked {
+                    if lang::by_extension(&f.rel).is_some() || lang::extensionless(&f.rel) {
+                        sources.push(f);
+                    } else if let Some(language) = lang::other_language(&f.rel) {
+                        *other.entry(language.to_owned()).or_default() += 1;
+                    }
                 }
-                continue;
+                (sources, other)
             }
-            let Ok(meta) = std::fs::metadata(&f.path) else { continue };
-            if !candidate(&f.rel, &meta) {
+        };
+        let sources: Vec<&Tracked> = sources.iter().collect();
+        let mut stale = Vec::new();
+        let mut live: rustc_hash::FxHashSet<&str> = Default::default();
+        let mut unlisted = Vec::new();
+        for (f, meta) in sources.iter().zip(stat_all(&sources)) {
+            let Some(meta) = meta.filter(|m| candidate(&f.rel, m)) else {
+                unlisted.push(f.rel.clone());
                 continue;
-            }
+            };
             live.insert(&f.rel);
             let mtime_ns = mtime_ns(&meta);
             let fresh = self.store.get(&f.rel).is_some_and(|c| c.size == meta.len() && c.mtime_ns == mtime_ns);
             if !fresh {
-                stale.push((f.clone(), meta.len(), mtime_ns));
+                stale.push(((*f).clone(), meta.len(), mtime_ns));
             }
         }
         let parsed = self.reparse(stale);
@@ -236,9 +297,16 @@ impl CallIndex {
             self.store.remove(&rel);
             self.dirty = true;
         }
-        for (_, _, f) in self.store.files() {
-            if !f.lang.is_empty() && lang::by_name(&f.lang).is_none() {
-                *skipped.entry(f.lang.clone()).or_default() += 1;
+        if let Some(index) = index_now {
+            let tree = TreeStamp { index, other: skipped.clone(), unlisted };
+            if self.tree.as_ref() != Some(&tree) {
+                self.tree = Some(tree);
+                self.dirty = true;
+            }
+        }
+        for (_, _, s) in self.store.summaries() {
+            if !s.lang.is_empty() && lang::by_name(&s.lang).is_none() {
+                *skipped.entry(s.lang.clone()).or_default() += 1;
             }
         }
         self.skipped = skipped;
@@ -281,7 +349,7 @@ impl CallIndex {
         if !std::mem::take(&mut self.dirty) {
             return;
         }
-        let snapshot: Snapshot = self.store.snapshot();
+        let snapshot = Snapshot { entries: self.store.snapshot(), tree: self.tree.clone() };
         let file = &self.file;
         self.saver.get_or_insert_with(|| Saver::start(file.clone())).save(snapshot);
     }
@@ -291,32 +359,36 @@ impl CallIndex {
     }
 
     fn callers(&mut self, msg: Callers) -> Result<CallersReply, String> {
-        let (parsed, scanned) = self.fresh()?;
-        let counts = self.counts(parsed, scanned);
-        Ok(answer::callers(&self.workspace, &self.store, &msg.symbol, msg.path.as_deref(), msg.limit, counts))
+        self.checked(|me| {
+            let (parsed, scanned) = me.fresh()?;
+            let counts = me.counts(parsed, scanned);
+            Ok(answer::callers(&me.workspace, &me.store, &msg.symbol, msg.path.as_deref(), msg.limit, counts))
+        })
     }
 
     fn impact(&mut self, msg: Impact) -> Result<ImpactReply, String> {
-        self.fresh()?;
-        Ok(answer::impact(&self.store, &msg.symbol, msg.depth, self.skipped.clone()))
+        self.checked(|me| {
+            me.fresh()?;
+            Ok(answer::impact(&me.store, &msg.symbol, msg.depth, me.skipped.clone()))
+        })
     }
 
     fn symbols(&mut self, msg: Symbols) -> Result<SymbolsReply, SymbolsError> {
-        match msg.target {
-            SymbolsOf::File(rel) => self.outline(&rel, msg.offset, msg.limit).map(SymbolsReply::Outline),
-            SymbolsOf::Query { query, kind, path } => {
-                let (parsed, scanned) = self.fresh().map_err(SymbolsError::Internal)?;
-                self.store.list_constants();
-                let counts = self.counts(parsed, scanned);
+        match &msg.target {
+            SymbolsOf::File(rel) => self.outline(rel, msg.offset, msg.limit).map(SymbolsReply::Outline),
+            SymbolsOf::Query { query, kind, path } => self.checked(|me| {
+                let (parsed, scanned) = me.fresh().map_err(SymbolsError::Internal)?;
+                me.store.list_constants();
+                let counts = me.counts(parsed, scanned);
                 let args = answer::FindArgs {
-                    query: &query,
-                    kind,
+                    query,
+                    kind: *kind,
                     path: path.as_deref(),
                     offset: msg.offset,
                     limit: msg.limit,
                 };
-                Ok(SymbolsReply::Found(answer::find(&self.workspace, &self.store, args, counts)))
-            }
+                Ok(SymbolsReply::Found(answer::find(&me.workspace, &me.store, args, counts)))
+            }),
         }
     }
 
@@ -329,11 +401,16 @@ impl CallIndex {
         if meta.is_dir() {
             return Err(SymbolsError::IsADirectory(rel.to_owned()));
         }
-        if self.loaded {
-            if let Some(c) = self.store.get(rel).filter(|c| c.size == meta.len() && c.mtime_ns == mtime_ns(&meta)) {
-                if lang::by_name(&c.facts.lang).is_some() {
-                    let facts = c.facts.clone();
-                    return Ok(answer::outline(&self.workspace, rel, &facts, offset, limit));
+        let fresh = self.store.get(rel).is_some_and(|c| c.size == meta.len() && c.mtime_ns == mtime_ns(&meta));
+        if self.loaded && fresh {
+            if let Some((facts, summary)) = self.store.facts(rel) {
+                if lang::by_name(&summary.lang).is_some() {
+                    let reply = answer::outline(&self.workspace, rel, facts, offset, limit);
+                    if !self.store.take_damaged() {
+                        return Ok(reply);
+                    }
+                    // Its saved facts are damaged: parsed below, and the rest on the next call.
+                    self.start_over();
                 }
             }
         }
@@ -349,6 +426,26 @@ impl CallIndex {
             .ok_or_else(|| SymbolsError::Internal(format!("the {} parser could not read {rel}", lang.name)))?;
         Ok(answer::outline(&self.workspace, rel, &facts, offset, limit))
     }
+}
+
+/// Every file's metadata (`None` for one that is gone), on every core: the first call after a
+/// restart checks a whole tree (55,000 files of a kernel), and one core takes 200 ms for it.
+fn stat_all(files: &[&Tracked]) -> Vec<Option<std::fs::Metadata>> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let per = files.len().div_ceil(threads).max(1024);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = files
+            .chunks(per)
+            .map(|mine| scope.spawn(move || mine.iter().map(|f| std::fs::metadata(&f.path).ok()).collect::<Vec<_>>()))
+            .collect();
+        // A thread that panicked leaves its files out: they count as gone, and are parsed
+        // again on the next call that finds them.
+        let mut out = Vec::with_capacity(files.len());
+        for (h, mine) in handles.into_iter().zip(files.chunks(per)) {
+            out.extend(h.join().unwrap_or_else(|_| vec![None; mine.len()]));
+        }
+        out
+    })
 }
 
 /// Reads and parses files on every core; returns what each read found.
@@ -383,7 +480,7 @@ fn parse_all(work: &[(Tracked, u64, Option<Hash>)]) -> Vec<(String, Reread)> {
                             let facts = Arc::new(parse(&f.rel, bytes, &mut parser));
                             out.push((
                                 f.rel.clone(),
-                                Reread::Parsed(Cached { size, mtime_ns: *mtime_ns, hash, facts }),
+                                Reread::Parsed(Cached { stamp: Stamp { size, mtime_ns: *mtime_ns, hash }, facts }),
                             ));
                         }
                     }
@@ -402,6 +499,13 @@ enum Reread {
         mtime_ns: u64,
     },
     Parsed(Cached),
+}
+
+/// A file's size, mtime (ns) and inode.
+fn file_stamp(path: &std::path::Path) -> Option<(u64, u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.len(), mtime_ns(&meta), meta.ino()))
 }
 
 fn mtime_ns(meta: &std::fs::Metadata) -> u64 {

@@ -41,6 +41,8 @@ pub struct Resolver<'a> {
     hierarchy: RefCell<Option<Rc<Hierarchy>>>,
     modules: RefCell<ModuleFiles>,
     named: RefCell<HashMap<String, Rc<[At]>>>,
+    /// Every definition of a name (declarations and `impl` blocks too), by name.
+    all_named: RefCell<HashMap<String, Rc<[At]>>>,
     /// Bare calls' reach by (file, callee, the enclosing type): the same in every call.
     bare: RefCell<rustc_hash::FxHashMap<(FileId, u32, u32), Reach>>,
 }
@@ -65,6 +67,7 @@ impl<'a> Resolver<'a> {
             hierarchy: RefCell::new(None),
             modules: RefCell::new(HashMap::new()),
             named: RefCell::new(HashMap::new()),
+            all_named: RefCell::new(HashMap::new()),
             bare: RefCell::default(),
         }
     }
@@ -74,7 +77,7 @@ impl<'a> Resolver<'a> {
     }
 
     fn lang_of(&self, id: FileId) -> Option<&'static Lang> {
-        lang::by_name(&self.facts(id)?.1.lang)
+        lang::by_name(self.store.lang(id)?)
     }
 
     /// The definitions named `name` that a call can reach: no `impl` blocks, and no
@@ -90,8 +93,19 @@ impl<'a> Resolver<'a> {
         found
     }
 
+    /// Every definition of a name as the store lists it, read once per query (a type's name
+    /// is asked for at every call through a receiver of that type).
+    fn all_defs_named(&self, name: &str) -> Rc<[At]> {
+        if let Some(hit) = self.all_named.borrow().get(name) {
+            return hit.clone();
+        }
+        let found: Rc<[At]> = self.store.defs_named(name).into();
+        self.all_named.borrow_mut().insert(name.to_owned(), found.clone());
+        found
+    }
+
     fn find_defs_named(&self, name: &str) -> Vec<At> {
-        let all = self.store.defs_named(name);
+        let all = self.all_defs_named(name);
         let key = |&(id, i): &At| {
             let (_, f) = self.facts(id)?;
             let d = f.def(i)?;
@@ -119,7 +133,7 @@ impl<'a> Resolver<'a> {
 
     /// Whether the workspace defines a type by that name.
     pub fn is_type(&self, name: &str) -> bool {
-        self.store.defs_named(name).iter().any(|at| self.kind(*at).is_some_and(DefKind::is_type))
+        self.all_defs_named(name).iter().any(|at| self.kind(*at).is_some_and(DefKind::is_type))
     }
 
     fn hierarchy(&self) -> Rc<Hierarchy> {
@@ -127,11 +141,10 @@ impl<'a> Resolver<'a> {
             return h.clone();
         }
         let mut h = Hierarchy::default();
-        for (_, _, f) in self.store.files() {
-            for &(ty, base) in &f.bases {
-                let (ty, base) = (f.str(ty).to_owned(), f.str(base).to_owned());
+        for (_, _, summary) in self.store.summaries() {
+            for (ty, base) in &summary.bases {
                 h.derived.entry(base.clone()).or_default().push(ty.clone());
-                h.bases.entry(ty).or_default().push(base);
+                h.bases.entry(ty.clone()).or_default().push(base.clone());
             }
         }
         let h = Rc::new(h);
@@ -185,7 +198,7 @@ impl<'a> Resolver<'a> {
     /// An interface nothing in the workspace says it implements (Go's are implemented
     /// without saying so): a call through it may reach any method of the name.
     fn unknown_implementors(&self, ty: &str) -> bool {
-        let interface = self.store.defs_named(ty).iter().any(|at| self.kind(*at) == Some(DefKind::Interface));
+        let interface = self.all_defs_named(ty).iter().any(|at| self.kind(*at) == Some(DefKind::Interface));
         interface && !self.hierarchy().derived.contains_key(ty)
     }
 
@@ -244,7 +257,7 @@ impl<'a> Resolver<'a> {
             None
         };
         if let Some(base) = relative {
-            return self.store.files().filter(|(_, p, _)| is_module_file(p, &base)).map(|(id, _, _)| id).collect();
+            return self.store.summaries().filter(|(_, p, _)| is_module_file(p, &base)).map(|(id, _, _)| id).collect();
         }
         let segments: Vec<&str> = module
             .split(['.', '/', '\\', ':'])
@@ -262,15 +275,14 @@ impl<'a> Resolver<'a> {
             let go = module.contains('/');
             let found: Vec<FileId> = self
                 .store
-                .files()
+                .summaries()
                 .filter(|(_, p, f)| {
                     let (file_dir, file) = p.rsplit_once('/').unwrap_or(("", p));
                     let stem = file.split('.').next().unwrap_or(file);
                     ends_with_path(p.rsplit_once('.').map_or(*p, |(s, _)| s), &tail)
                         || (matches!(stem, "__init__" | "mod" | "index" | "lib") || go)
                             && ends_with_path(file_dir, &tail)
-                        || (!f.module.is_empty()
-                            && f.str(f.module).replace(['\\', ':'], ".").replace("..", ".") == dotted)
+                        || (!f.module.is_empty() && f.module.replace(['\\', ':'], ".").replace("..", ".") == dotted)
                 })
                 .map(|(id, _, _)| id)
                 .collect();
@@ -363,7 +375,7 @@ impl<'a> Resolver<'a> {
                 let owned = self.owned_by(&all, ty);
                 return if owned.is_empty() { guess(all) } else { known(owned) };
             }
-            if !self.store.defs_named(ty).is_empty() {
+            if !self.all_defs_named(ty).is_empty() {
                 return guess(all);
             }
             return Reach::Outside;
@@ -396,7 +408,7 @@ impl<'a> Resolver<'a> {
                 .iter()
                 .copied()
                 .filter(|(fid, _)| {
-                    self.facts(*fid).is_some_and(|(p, _)| p.rsplit_once('/').map_or("", |(d, _)| d) == dir)
+                    self.store.path(*fid).is_some_and(|p| p.rsplit_once('/').map_or("", |(d, _)| d) == dir)
                 })
                 .collect();
             return if package.is_empty() { Reach::Outside } else { known(package) };

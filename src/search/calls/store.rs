@@ -1,20 +1,22 @@
-//! Every file's facts in memory, and where each name is defined and called: a query looks up
-//! its names instead of reading every call site of the tree (millions on a kernel-size one).
-//! The name lists are kept up to date as files are replaced, so a changed file costs its own
-//! names, never a rebuild.
+//! Every file's facts, and where each name is defined and called: a query looks up its names
+//! instead of reading every call site of the tree (millions on a kernel-size one).
 //!
-//! The lists are split into shards by the name's hash, built on every core when a saved cache
-//! is read back (a kernel has ten million names to list). Constants (a kernel's millions of
-//! `#define X 1`) are never called, so they are listed only when a search by name first needs
-//! them.
+//! After a restart the facts and the name lists stay in the saved cache (`cache.rs`) and are
+//! read as queries need them: a first `callers` reads its name's lists and the facts of the
+//! files that call it, not ten million names. Files parsed since are listed in memory, in
+//! shards by the name's hash, kept up to date as files are replaced, so a changed file costs
+//! its own names, never a rebuild. A search by name reads every name: it reads the rest of the
+//! cache first, on every core. Constants (a kernel's millions of `#define X 1`) are never
+//! called, so they are listed only when a search by name first needs them.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use rustc_hash::{FxHashMap, FxHasher};
 
-use super::cache::{Cached, Snapshot};
+use super::cache::{Blob, Cached, Entry, Saved, SnapEntry, SnapFacts, Stamp, Summary};
 use super::facts::{DefKind, FileFacts};
 
 pub type FileId = u32;
@@ -33,13 +35,34 @@ struct Shard {
     constants: Option<Lists>,
 }
 
+/// A file's facts: parsed by this gm, or still in the saved cache, read on first use.
+enum Facts {
+    Ready(Arc<FileFacts>),
+    Saved { blob: Blob, read: OnceLock<Arc<FileFacts>> },
+}
+
+struct Slot {
+    rel: String,
+    stamp: Stamp,
+    summary: Arc<Summary>,
+    facts: Facts,
+}
+
+/// Every file's facts, and where each name is called and defined: the saved cache's name
+/// table for the files still as saved, and lists in memory for the files parsed since (or for
+/// all of them once a search by name has read everything).
 pub struct Store {
-    slots: Vec<Option<(String, Cached)>>,
+    slots: Vec<Option<Slot>>,
     ids: HashMap<String, FileId>,
     free: Vec<FileId>,
     shards: Vec<Shard>,
+    /// The cache the saved slots are read from.
+    saved: Option<Arc<Saved>>,
+    /// A piece of the saved cache did not match its checksum: the answer just computed may be
+    /// wrong, and the index starts over (`take_damaged`).
+    damaged: AtomicBool,
     /// Renaming imports, worked out on a query's first need and kept until a file changes.
-    aliases: std::cell::RefCell<Option<Arc<Aliases>>>,
+    aliases: Mutex<Option<Arc<Aliases>>>,
 }
 
 /// Renaming imports: original name -> the local names it is imported as.
@@ -53,6 +76,8 @@ impl Default for Store {
             ids: HashMap::new(),
             free: Vec::new(),
             shards: (0..n).map(|_| Shard::default()).collect(),
+            saved: None,
+            damaged: AtomicBool::new(false),
             aliases: Default::default(),
         }
     }
@@ -62,34 +87,89 @@ fn shard_of(name: &str, shards: usize) -> usize {
     (BuildHasherDefault::<FxHasher>::default().hash_one(name) as usize >> 7) % shards
 }
 
+static EMPTY: OnceLock<Arc<FileFacts>> = OnceLock::new();
+
 impl Store {
-    /// A store of the saved entries, its lists built on every core.
-    pub fn from_entries(map: Vec<(String, Cached)>) -> Self {
-        let mut store = Store::default();
-        store.slots.reserve(map.len());
-        for (rel, cached) in map {
-            store.ids.insert(rel.clone(), store.slots.len() as FileId);
-            store.slots.push(Some((rel, cached)));
+    /// A store over a saved cache: its entries are in memory, its facts and name lists are
+    /// read as queries need them.
+    pub fn open(saved: Saved, entries: Vec<Entry>) -> Self {
+        let mut store = Store { saved: Some(Arc::new(saved)), ..Store::default() };
+        store.slots.reserve(entries.len());
+        for e in entries {
+            store.ids.insert(e.path.clone(), store.slots.len() as FileId);
+            store.slots.push(Some(Slot {
+                rel: e.path,
+                stamp: e.stamp,
+                summary: Arc::new(e.summary),
+                facts: Facts::Saved { blob: e.facts, read: OnceLock::new() },
+            }));
         }
-        let count = store.shards.len();
-        let slots = &store.slots;
+        store
+    }
+
+    /// Whether a piece of the saved cache was found damaged since the last call.
+    pub fn take_damaged(&self) -> bool {
+        self.damaged.swap(false, Ordering::Relaxed)
+    }
+
+    fn slot(&self, id: FileId) -> Option<&Slot> {
+        self.slots.get(id as usize)?.as_ref()
+    }
+
+    fn facts_of<'s>(&'s self, slot: &'s Slot) -> &'s FileFacts {
+        match &slot.facts {
+            Facts::Ready(f) => f,
+            Facts::Saved { blob, read } => read.get_or_init(|| match self.saved.as_ref().map(|s| s.facts(*blob)) {
+                Some(Ok(f)) => Arc::new(f),
+                _ => {
+                    self.damaged.store(true, Ordering::Relaxed);
+                    EMPTY.get_or_init(Default::default).clone()
+                }
+            }),
+        }
+    }
+
+    /// Whether some facts are still in the saved cache (worth a `prefetch`).
+    pub fn reads_saved(&self) -> bool {
+        self.saved.is_some()
+    }
+
+    /// Reads the saved facts of `ids` on every core (a query about to look at them all).
+    pub fn prefetch(&self, ids: &[FileId]) {
+        let unread: Vec<&Slot> = ids
+            .iter()
+            .filter_map(|id| self.slot(*id))
+            .filter(|s| matches!(&s.facts, Facts::Saved { read, .. } if read.get().is_none()))
+            .collect();
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if unread.len() < 64 || threads == 1 {
+            return;
+        }
+        let next = AtomicUsize::new(0);
         std::thread::scope(|scope| {
-            for (n, shard) in store.shards.iter_mut().enumerate() {
-                scope.spawn(move || {
-                    for (id, slot) in slots.iter().enumerate() {
-                        if let Some((_, c)) = slot {
-                            shard.index(id as FileId, &c.facts, true, |name| shard_of(name, count) == n);
-                        }
+            for _ in 0..threads {
+                scope.spawn(|| loop {
+                    let from = next.fetch_add(32, Ordering::Relaxed);
+                    let Some(part) = unread.get(from..(from + 32).min(unread.len())) else { break };
+                    if part.is_empty() {
+                        break;
+                    }
+                    for slot in part {
+                        self.facts_of(slot);
                     }
                 });
             }
         });
-        store
     }
 
-    pub fn get(&self, rel: &str) -> Option<&Cached> {
-        let id = *self.ids.get(rel)?;
-        self.slots.get(id as usize)?.as_ref().map(|(_, c)| c)
+    pub fn get(&self, rel: &str) -> Option<&Stamp> {
+        self.slot(*self.ids.get(rel)?).map(|s| &s.stamp)
+    }
+
+    /// A file's facts and what they summarize.
+    pub fn facts(&self, rel: &str) -> Option<(&FileFacts, &Summary)> {
+        let slot = self.slot(*self.ids.get(rel)?)?;
+        Some((self.facts_of(slot), &slot.summary))
     }
 
     pub fn contains(&self, rel: &str) -> bool {
@@ -99,8 +179,8 @@ impl Store {
     /// Sets the mtime of an entry whose content did not change.
     pub fn touch(&mut self, rel: &str, mtime_ns: u64) {
         if let Some(id) = self.ids.get(rel) {
-            if let Some(Some((_, c))) = self.slots.get_mut(*id as usize) {
-                c.mtime_ns = mtime_ns;
+            if let Some(Some(slot)) = self.slots.get_mut(*id as usize) {
+                slot.stamp.mtime_ns = mtime_ns;
             }
         }
     }
@@ -108,27 +188,37 @@ impl Store {
     pub fn insert(&mut self, rel: String, cached: Cached) {
         self.remove(&rel);
         let id = self.free.pop().unwrap_or(self.slots.len() as FileId);
-        self.index(id, &cached.facts, true);
+        let summary = Arc::new(Summary::of(&cached.facts));
+        self.index(id, &cached.facts, &summary, true);
         self.ids.insert(rel.clone(), id);
+        let slot = Slot { rel, stamp: cached.stamp, summary, facts: Facts::Ready(cached.facts) };
         match self.slots.get_mut(id as usize) {
-            Some(slot) => *slot = Some((rel, cached)),
-            None => self.slots.push(Some((rel, cached))),
+            Some(s) => *s = Some(slot),
+            None => self.slots.push(Some(slot)),
         }
     }
 
     pub fn remove(&mut self, rel: &str) -> bool {
         let Some(id) = self.ids.remove(rel) else { return false };
-        if let Some((_, cached)) = self.slots.get_mut(id as usize).and_then(Option::take) {
-            self.index(id, &cached.facts, false);
+        if let Some(slot) = self.slots.get_mut(id as usize).and_then(Option::take) {
+            match &slot.facts {
+                Facts::Ready(f) => self.index(id, f, &slot.summary, false),
+                // Its names are in the saved table, which lists only slots still as saved.
+                Facts::Saved { .. } => self.forget_aliases(&slot.summary),
+            }
         }
         self.free.push(id);
         true
     }
 
-    fn index(&mut self, id: FileId, f: &FileFacts, add: bool) {
-        if !f.imports.is_empty() {
-            self.aliases.get_mut().take();
+    fn forget_aliases(&mut self, summary: &Summary) {
+        if !summary.renames.is_empty() {
+            *self.aliases.get_mut().unwrap_or_else(|e| e.into_inner()) = None;
         }
+    }
+
+    fn index(&mut self, id: FileId, f: &FileFacts, summary: &Summary, add: bool) {
+        self.forget_aliases(summary);
         let count = self.shards.len();
         for (n, shard) in self.shards.iter_mut().enumerate() {
             shard.index(id, f, add, |name| shard_of(name, count) == n);
@@ -139,33 +229,73 @@ impl Store {
         self.ids.keys().map(String::as_str)
     }
 
-    /// Every file: its id, path and facts.
-    pub fn files(&self) -> impl Iterator<Item = (FileId, &str, &FileFacts)> {
+    /// Every file: its id, path and summary (no facts are read).
+    pub fn summaries(&self) -> impl Iterator<Item = (FileId, &str, &Summary)> {
         self.slots
             .iter()
             .enumerate()
-            .filter_map(|(i, s)| s.as_ref().map(|(rel, c)| (i as FileId, rel.as_str(), &*c.facts)))
+            .filter_map(|(i, s)| s.as_ref().map(|s| (i as FileId, s.rel.as_str(), &*s.summary)))
     }
 
     pub fn file(&self, id: FileId) -> Option<(&str, &FileFacts)> {
-        self.slots.get(id as usize)?.as_ref().map(|(rel, c)| (rel.as_str(), &*c.facts))
+        let slot = self.slot(id)?;
+        Some((slot.rel.as_str(), self.facts_of(slot)))
+    }
+
+    pub fn lang(&self, id: FileId) -> Option<&str> {
+        self.slot(id).map(|s| s.summary.lang.as_str())
+    }
+
+    /// The path of a file, without reading its facts.
+    pub fn path(&self, id: FileId) -> Option<&str> {
+        self.slot(id).map(|s| s.rel.as_str())
     }
 
     fn shard(&self, name: &str) -> &Shard {
         &self.shards[shard_of(name, self.shards.len())]
     }
 
-    pub fn calls_named(&self, name: &str) -> &[At] {
-        self.shard(name).calls.get(name).map_or(&[], Vec::as_slice)
+    /// Whether `id`'s names are the saved table's.
+    fn as_saved(&self, id: FileId) -> bool {
+        self.slot(id).is_some_and(|s| matches!(s.facts, Facts::Saved { .. }))
+    }
+
+    /// The saved table's lists of a name, for the files still as saved.
+    fn saved_named(&self, name: &str, calls: bool) -> Vec<At> {
+        let Some(saved) = &self.saved else { return Vec::new() };
+        match saved.named(name) {
+            Ok(named) => {
+                let mut list = if calls { named.calls } else { named.defs };
+                list.retain(|(id, _)| self.as_saved(*id));
+                list
+            }
+            Err(_) => {
+                self.damaged.store(true, Ordering::Relaxed);
+                Vec::new()
+            }
+        }
+    }
+
+    /// The call sites of a name, in file order (files parsed since the cache was saved last).
+    pub fn calls_named(&self, name: &str) -> Vec<At> {
+        let mut list = self.saved_named(name, true);
+        list.extend_from_slice(self.shard(name).calls.get(name).map_or(&[], Vec::as_slice));
+        list
     }
 
     /// The definitions of a name that are no constants.
-    pub fn defs_named(&self, name: &str) -> &[At] {
-        self.shard(name).defs.get(name).map_or(&[], Vec::as_slice)
+    pub fn defs_named(&self, name: &str) -> Vec<At> {
+        let mut list = self.saved_named(name, false);
+        list.extend_from_slice(self.shard(name).defs.get(name).map_or(&[], Vec::as_slice));
+        list
     }
 
-    /// Lists the constants, once: a search by name reads them.
+    /// Reads every saved file's facts and lists their names in memory, and the constants,
+    /// once: a search by name reads every defined name.
     pub fn list_constants(&mut self) {
+        if self.saved.is_some() {
+            self.read_everything();
+        }
         if self.shards.iter().all(|s| s.constants.is_some()) {
             return;
         }
@@ -176,8 +306,7 @@ impl Store {
                 scope.spawn(move || {
                     let mut constants = Lists::default();
                     for (id, slot) in slots.iter().enumerate() {
-                        let Some((_, c)) = slot else { continue };
-                        let f = &c.facts;
+                        let Some(Slot { facts: Facts::Ready(f), .. }) = slot else { continue };
                         for (i, d) in f.definitions.iter().enumerate() {
                             let name = f.str(d.name);
                             if d.kind == DefKind::Constant && shard_of(name, count) == n {
@@ -186,6 +315,43 @@ impl Store {
                         }
                     }
                     shard.constants = Some(constants);
+                });
+            }
+        });
+    }
+
+    /// Turns every saved slot into a read one and lists all names in memory, on every core;
+    /// the saved cache is no longer read.
+    fn read_everything(&mut self) {
+        let ids: Vec<FileId> = (0..self.slots.len() as FileId).collect();
+        self.prefetch(&ids);
+        // The few `prefetch` leaves to this thread.
+        for id in &ids {
+            if let Some(slot) = self.slot(*id) {
+                self.facts_of(slot);
+            }
+        }
+        let mut saved_ids = Vec::new();
+        for (id, slot) in self.slots.iter_mut().enumerate() {
+            let Some(slot) = slot else { continue };
+            if let Facts::Saved { read, .. } = &mut slot.facts {
+                let f = read.take().unwrap_or_else(|| EMPTY.get_or_init(Default::default).clone());
+                slot.facts = Facts::Ready(f);
+                saved_ids.push(id);
+            }
+        }
+        self.saved = None;
+        let count = self.shards.len();
+        let slots = &self.slots;
+        let saved_ids = &saved_ids;
+        std::thread::scope(|scope| {
+            for (n, shard) in self.shards.iter_mut().enumerate() {
+                scope.spawn(move || {
+                    for &id in saved_ids {
+                        if let Some(Slot { facts: Facts::Ready(f), .. }) = &slots[id] {
+                            shard.index(id as FileId, f, true, |name| shard_of(name, count) == n);
+                        }
+                    }
                 });
             }
         });
@@ -201,28 +367,41 @@ impl Store {
 
     /// Every renaming import of the workspace (an `impact` asks for thousands of names' aliases).
     pub fn aliases(&self) -> Arc<Aliases> {
-        if let Some(a) = self.aliases.borrow().as_ref() {
+        let mut cached = self.aliases.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(a) = cached.as_ref() {
             return a.clone();
         }
         let mut map: Aliases = HashMap::new();
-        for (_, _, f) in self.files() {
-            for imp in &f.imports {
-                let (original, local) = (f.str(imp.name), f.str(imp.local));
-                if !original.is_empty() && original != local {
-                    let locals = map.entry(original.to_owned()).or_default();
-                    if !locals.iter().any(|l| l == local) {
-                        locals.push(local.to_owned());
-                    }
+        for (_, _, summary) in self.summaries() {
+            for (original, local) in &summary.renames {
+                let locals = map.entry(original.clone()).or_default();
+                if !locals.iter().any(|l| l == local) {
+                    locals.push(local.clone());
                 }
             }
         }
         let map = Arc::new(map);
-        *self.aliases.borrow_mut() = Some(map.clone());
+        *cached = Some(map.clone());
         map
     }
 
-    pub fn snapshot(&self) -> Snapshot {
-        self.slots.iter().flatten().map(|(rel, c)| (rel.clone(), c.clone())).collect()
+    pub fn snapshot(&self) -> Vec<SnapEntry> {
+        self.slots
+            .iter()
+            .flatten()
+            .map(|s| SnapEntry {
+                path: s.rel.clone(),
+                stamp: s.stamp,
+                summary: s.summary.clone(),
+                // Facts still as saved are copied from the saved cache, checked again there,
+                // never from what a read of a damaged piece left in memory.
+                facts: match (&s.facts, &self.saved) {
+                    (Facts::Ready(f), _) => SnapFacts::Decoded(f.clone()),
+                    (Facts::Saved { blob, .. }, Some(saved)) => SnapFacts::Saved(saved.clone(), *blob),
+                    (Facts::Saved { read, .. }, None) => SnapFacts::Decoded(read.get().cloned().unwrap_or_default()),
+                },
+            })
+            .collect()
     }
 }
 

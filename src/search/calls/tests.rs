@@ -1,6 +1,6 @@
 use std::path::Path;
 
-use super::cache::{load, FORMAT_VERSION};
+use super::cache::{self, Saved, FORMAT_VERSION};
 use super::*;
 
 fn facts(rel: &str, src: &str) -> FileFacts {
@@ -188,9 +188,10 @@ fn a_file_deleted_between_runs_is_gone_from_the_answer() {
     assert_eq!(sites(&r), ["a.ts:2 in <top level>"]);
     drop(second);
     assert_eq!(callers(&mut index(dir.path()), "helper").files_scanned, 1);
-    let saved = load(&cache_file(dir.path())).expect("saved");
+    let (_, saved) = Saved::open(&cache_file(dir.path()), u64::MAX).expect("saved");
+    let saved = saved.entries;
     assert_eq!(
-        saved.iter().map(|(k, _)| k).collect::<Vec<_>>(),
+        saved.iter().map(|e| &e.path).collect::<Vec<_>>(),
         ["a.ts"],
         "the dropped file is dropped from the saved cache"
     );
@@ -248,4 +249,157 @@ fn a_source_file_with_a_byte_that_is_not_utf8_still_has_its_calls() {
     source.extend_from_slice(b"helper()\n");
     std::fs::write(dir.path().join("latin1.py"), source).expect("write");
     assert_eq!(sites_of(dir.path(), "helper"), ["latin1.py:5 call exact"]);
+}
+
+/// An index that reads its saved cache piece by piece, as it does a kernel-size one.
+fn piecewise_index(dir: &Path) -> CallIndex {
+    let mut index = index(dir);
+    index.check_whole_below = 0;
+    index
+}
+
+/// Two languages, a class hierarchy and a renaming import: every kind of fact the saved
+/// cache keeps beside the facts (module, bases, renames) is used by one of the questions.
+fn richer_workspace() -> tempfile::TempDir {
+    let dir = workspace();
+    write(
+        dir.path(),
+        "shapes.py",
+        "class Shape:\n    def area(self):\n        return 0\n\n\nclass Square(Shape):\n    def area(self):\n        return helper_py()\n\n\ndef helper_py():\n    pass\n\n\ndef total(s: Shape):\n    return s.area() + helper_py()\n",
+    );
+    write(dir.path(), "use.py", "from shapes import helper_py as hp\n\n\ndef run():\n    hp()\n    Square().area()\n");
+    dir
+}
+
+fn answers(index: &mut CallIndex) -> Vec<String> {
+    let mut out = Vec::new();
+    for symbol in ["helper", "helper_py", "Shape.area", "area", "run", "nothing"] {
+        out.push(format!("{:?}", callers(index, symbol).callers));
+        let r = index.impact(Impact { symbol: symbol.into(), depth: 3 }).expect("impact");
+        out.push(format!("{:?} {:?}", r.nodes, r.edges));
+    }
+    for file in ["shapes.py", "a.ts"] {
+        let r = index.symbols(Symbols { target: SymbolsOf::File(file.into()), offset: 0, limit: 100 });
+        out.push(format!("{:?}", r.map(|r| serde_json::to_string(&r).unwrap_or_default()).ok()));
+    }
+    let query = SymbolsOf::Query { query: "area".into(), kind: None, path: None };
+    let r = index.symbols(Symbols { target: query, offset: 0, limit: 100 });
+    out.push(format!("{:?}", r.map(|r| serde_json::to_string(&r).unwrap_or_default()).ok()));
+    out
+}
+
+#[test]
+fn a_cache_read_piece_by_piece_after_a_restart_answers_exactly_as_the_parse_did() {
+    let dir = richer_workspace();
+    let mut first = index(dir.path());
+    let parsed = answers(&mut first);
+    drop(first);
+    let mut second = piecewise_index(dir.path());
+    assert_eq!(answers(&mut second), parsed);
+    assert_eq!(callers(&mut second, "helper").files_parsed, 0, "nothing was parsed again");
+    assert!(parsed.iter().any(|a| a.contains("use.py")), "the renaming import is followed: {parsed:?}");
+}
+
+#[test]
+fn a_file_edited_after_a_restart_replaces_its_saved_sites_and_names() {
+    let dir = richer_workspace();
+    callers(&mut index(dir.path()), "helper");
+    let mut second = piecewise_index(dir.path());
+    assert_eq!(sites(&callers(&mut second, "helper")), ["a.ts:2 in <top level>", "b.ts:2 in run"]);
+    // An outside edit while this gm runs (no watcher here: every call checks size and mtime).
+    write(dir.path(), "b.ts", "import { helper } from './a';\nfunction walk() {\n  helper();\n}\n");
+    write(dir.path(), "a.ts", "export function helper() {}\n");
+    let r = callers(&mut second, "helper");
+    assert_eq!(r.files_parsed, 2);
+    assert_eq!(sites(&r), ["b.ts:3 in walk"], "the saved sites of both files are gone");
+    drop(second);
+    let r = callers(&mut piecewise_index(dir.path()), "helper");
+    assert_eq!((r.files_parsed, sites(&r)), (0, vec!["b.ts:3 in walk".to_owned()]), "and saved so");
+}
+
+/// The saved cache's bytes with one byte flipped where `place` says.
+fn damage(dir: &Path, place: impl Fn(&[cache::Entry], usize) -> usize) {
+    let file = cache_file(dir);
+    let entries = Saved::open(&file, u64::MAX).expect("a sound cache").1.entries;
+    let mut bytes = std::fs::read(&file).expect("read");
+    let at = place(&entries, bytes.len());
+    bytes[at] ^= 0x20;
+    std::fs::write(&file, bytes).expect("damage");
+}
+
+#[test]
+fn a_damaged_piece_found_while_answering_is_never_used_the_tree_is_parsed_again() {
+    let facts_of_b = |entries: &[cache::Entry], _: usize| {
+        let b = entries.iter().find(|e| e.path == "b.ts").expect("b.ts saved").facts;
+        b.offset as usize + b.len as usize / 2
+    };
+    // The name table's records end where the first file's facts start; with two names (both
+    // in bucket 0 of 16) every byte of them is `helper`'s bucket.
+    let names =
+        |entries: &[cache::Entry], _: usize| entries.iter().map(|e| e.facts.offset as usize).min().expect("facts") - 3;
+    for place in [&facts_of_b as &dyn Fn(&[cache::Entry], usize) -> usize, &names] {
+        let dir = workspace();
+        let before = first_run(dir.path());
+        damage(dir.path(), place);
+        let mut again = piecewise_index(dir.path());
+        let r = callers(&mut again, "helper");
+        assert_eq!(sites(&r), sites(&before), "a damaged piece gives no wrong answer");
+        assert_eq!(r.files_parsed, 2, "everything was parsed again");
+        drop(again);
+        Saved::open(&cache_file(dir.path()), u64::MAX).expect("a sound cache was saved again");
+    }
+}
+
+#[test]
+fn an_outline_from_damaged_saved_facts_is_parsed_from_the_file() {
+    let dir = workspace();
+    first_run(dir.path());
+    damage(dir.path(), |entries, _| {
+        let a = entries.iter().find(|e| e.path == "a.ts").expect("a.ts saved").facts;
+        a.offset as usize + 1
+    });
+    let mut again = piecewise_index(dir.path());
+    again.refresh().expect("refresh");
+    let r = again.symbols(Symbols { target: SymbolsOf::File("a.ts".into()), offset: 0, limit: 10 }).expect("outline");
+    let SymbolsReply::Outline(outline) = r else { panic!("an outline") };
+    assert_eq!(outline.symbols.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["helper"]);
+}
+
+#[test]
+fn a_cache_cut_short_or_grown_is_not_opened() {
+    let dir = workspace();
+    first_run(dir.path());
+    let good = std::fs::read(cache_file(dir.path())).expect("saved");
+    for bad in [good[..good.len() - 1].to_vec(), [good.as_slice(), b"x"].concat()] {
+        std::fs::write(cache_file(dir.path()), &bad).expect("write");
+        assert!(Saved::open(&cache_file(dir.path()), 0).is_err(), "{} bytes of {}", bad.len(), good.len());
+        let r = callers(&mut piecewise_index(dir.path()), "helper");
+        assert_eq!((r.files_parsed, sites(&r).len()), (2, 2));
+    }
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let ok = std::process::Command::new("git").args(args).current_dir(dir).status().is_ok_and(|s| s.success());
+    assert!(ok, "git {args:?}");
+}
+
+#[test]
+fn with_git_s_index_unchanged_a_restart_checks_the_saved_files_and_a_new_tracked_file_is_found_once_added() {
+    let dir = workspace();
+    git(dir.path(), &["init", "-q"]);
+    git(dir.path(), &["add", "a.ts", "b.ts"]);
+    drop(first_run(dir.path()));
+    // Unchanged index: the saved list of files is checked, and an edit found.
+    write(dir.path(), "b.ts", "import { helper } from './a';\nfunction run() {\n  helper();\n}\n");
+    let r = callers(&mut index(dir.path()), "helper");
+    assert_eq!((r.files_parsed, sites(&r)), (1, vec!["a.ts:2 in <top level>".to_owned(), "b.ts:3 in run".to_owned()]));
+    // A new file is tracked once added: the index changed, so it is read again.
+    write(dir.path(), "c.ts", "import { helper } from './a';\nhelper();\n");
+    assert_eq!(callers(&mut index(dir.path()), "helper").total, 2, "not tracked yet");
+    git(dir.path(), &["add", "c.ts"]);
+    let r = callers(&mut index(dir.path()), "helper");
+    assert_eq!((r.files_parsed, r.files_scanned, r.total), (1, 3, 3));
+    std::fs::remove_file(dir.path().join("c.ts")).expect("rm");
+    let r = callers(&mut index(dir.path()), "helper");
+    assert_eq!((r.files_scanned, r.total), (2, 2), "a tracked file gone from the disk is gone");
 }
