@@ -303,6 +303,8 @@ pub struct SocketWriter {
     /// Bytes of `queue` already written.
     done: usize,
     flushing: bool,
+    /// A write is due once the messages waiting in the mailbox are queued too.
+    due: bool,
     limit: usize,
     broken: bool,
 }
@@ -310,7 +312,15 @@ pub struct SocketWriter {
 #[cfg(unix)]
 impl SocketWriter {
     pub fn new(write: crate::sys::local::Writer, limit: usize) -> Self {
-        Self { write: std::rc::Rc::new(write), queue: Vec::new(), done: 0, flushing: false, limit, broken: false }
+        Self {
+            write: std::rc::Rc::new(write),
+            queue: Vec::new(),
+            done: 0,
+            flushing: false,
+            due: false,
+            limit,
+            broken: false,
+        }
     }
 
     /// Writes what the socket takes now; false when it failed (the peer is gone).
@@ -372,12 +382,25 @@ impl Handler<Send> for SocketWriter {
             }
             return;
         }
-        if !self.write_some() {
-            self.broken = true;
-            self.queue = Vec::new();
+        if self.due {
             return;
         }
-        self.flush_later(ctx);
+        // Written once the mailbox is drained (an actor's waiting messages are handled before
+        // its spawned futures are polled): answers finished together go in one write, and
+        // the relay that reads them wakes once instead of once per answer.
+        self.due = true;
+        ctx.spawn(actix::fut::ready(()).map(|(), act: &mut Self, ctx| {
+            act.due = false;
+            if act.broken {
+                return;
+            }
+            if !act.write_some() {
+                act.broken = true;
+                act.queue = Vec::new();
+                return;
+            }
+            act.flush_later(ctx);
+        }));
     }
 }
 
@@ -505,6 +528,44 @@ mod tests {
         });
         reader.join().expect("reader");
         assert_eq!(got, LINES);
+    }
+
+    /// Answers handed to the writer together (one mailbox's worth) leave in one write: the
+    /// peer is a packet socket here, so each write is one packet it can count.
+    #[cfg(unix)]
+    #[test]
+    fn lines_sent_together_leave_in_one_write() {
+        use std::os::fd::{FromRawFd, OwnedFd};
+        let mut fds = [0; 2];
+        // SAFETY: socketpair(2) fills two descriptors, each owned once below.
+        assert_eq!(unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET, 0, fds.as_mut_ptr()) }, 0);
+        // SAFETY: both were just opened and are owned by nothing else.
+        let (ours, theirs) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let packets = actix::System::new().block_on(async move {
+            let writer = SocketWriter::new(crate::sys::local::Writer::new(ours).expect("writer"), 1 << 20).start();
+            for i in 0..10 {
+                writer.do_send(Send(format!("answer {i}")));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            let mut packets = Vec::new();
+            let mut buf = vec![0u8; 1 << 16];
+            loop {
+                // SAFETY: recv(2) into a buffer we own, without waiting.
+                let n = unsafe {
+                    libc::recv(
+                        std::os::fd::AsRawFd::as_raw_fd(&theirs),
+                        buf.as_mut_ptr().cast(),
+                        buf.len(),
+                        libc::MSG_DONTWAIT,
+                    )
+                };
+                let Ok(n) = usize::try_from(n) else { break };
+                packets.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+            }
+            packets
+        });
+        let expected: String = (0..10).map(|i| format!("answer {i}\n")).collect();
+        assert_eq!(packets, [expected]);
     }
 
     #[test]
