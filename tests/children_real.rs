@@ -66,7 +66,9 @@ fn a_long_running_tool_of_server_everything_is_cut_at_its_timeout() {
         "run_code",
         json!({ "code": "await gm.everything_trigger_long_running_operation({ duration: 10, steps: 5 });" }),
     );
-    assert!(started.elapsed() < Duration::from_secs(5));
+    // The operation runs 10 s; the time also holds the child's start (npx, node), which a
+    // loaded machine stretched past 5 s once.
+    assert!(started.elapsed() < Duration::from_secs(9), "{:?}", started.elapsed());
     assert_eq!(err["details"]["code"], "timeout", "{err}");
     // The server is still there for the next call.
     assert_eq!(
