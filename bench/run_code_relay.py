@@ -1,5 +1,5 @@
 # run_code `return 1` p50 through gm builds side by side: the build before a change, the new one
-# with --no-relay and through the relay: python3 bench/run_code_relay.py OLD_GM NEW_GM
+# with --no-relay and through the relay: python3 bench/run_code_relay.py OLD_GM NEW_GM [PASSES]
 import subprocess, time, json, sys, os, tempfile
 def run(gm, extra, n=1500):
     ws = tempfile.mkdtemp(); d = tempfile.mkdtemp(); open(os.path.join(d,'mcp.json'),'w').write('{"mcpServers":{}}')
@@ -18,10 +18,19 @@ def run(gm, extra, n=1500):
     p.stdin.close(); p.wait()
     ts.sort(); return ts[len(ts)//2]
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        sys.exit("usage: python3 bench/run_code_relay.py OLD_GM NEW_GM  (release builds; NEW_GM has --no-relay)")
+    if len(sys.argv) not in (3, 4):
+        sys.exit("usage: python3 bench/run_code_relay.py OLD_GM NEW_GM [PASSES]  (release builds; NEW_GM has --no-relay)")
     old, new = sys.argv[1], sys.argv[2]
-    # Alternating, so a drift of the machine shows as a spread, not as a difference.
-    for label, gm, extra in [("old", old, []), ("new --no-relay", new, ["--no-relay"]), ("new relay", new, []),
-                             ("old", old, []), ("new --no-relay", new, ["--no-relay"]), ("new relay", new, [])]:
-        print(label, "run_code p50 µs", round(run(gm, extra)))
+    passes = int(sys.argv[3]) if len(sys.argv) == 4 else 10
+    import statistics
+    # Alternating, so a drift of the machine shows as a spread, not as a difference. Unpinned,
+    # one pass's p50 swings by ±100 µs on this VM: the figure is the median over the passes.
+    got = {"old": [], "new --no-relay": [], "new relay": []}
+    for _ in range(passes):
+        for label, gm, extra in [("old", old, []), ("new --no-relay", new, ["--no-relay"]), ("new relay", new, [])]:
+            got[label].append(run(gm, extra))
+    for label, p50s in got.items():
+        print(f"{label}: run_code p50 µs, median of {passes} passes {statistics.median(p50s):.0f}; passes {[round(x) for x in p50s]}")
+    pairwise = [r - d for r, d in zip(got["new relay"], got["new --no-relay"])]
+    print(f"the relay adds: {statistics.median(got['new relay']) - statistics.median(got['new --no-relay']):.0f} µs "
+          f"(medians); {statistics.median(pairwise):.0f} µs (median of the passes' differences)")
