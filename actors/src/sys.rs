@@ -121,6 +121,46 @@ pub fn file_identity(meta: &std::fs::Metadata) -> Option<(u64, u64)> {
     }
 }
 
+/// Reads into `buf` from `offset` without moving the file's cursor (one pread); returns how
+/// many bytes were read.
+pub fn read_at(file: &std::fs::File, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+    #[cfg(unix)]
+    return std::os::unix::fs::FileExt::read_at(file, buf, offset);
+    #[cfg(windows)]
+    return std::os::windows::fs::FileExt::seek_read(file, buf, offset);
+}
+
+/// Fills `buf` from `offset` (see [`read_at`]); a file that ends first is `UnexpectedEof`.
+pub fn read_exact_at(file: &std::fs::File, mut buf: &mut [u8], mut offset: u64) -> std::io::Result<()> {
+    while !buf.is_empty() {
+        match read_at(file, buf, offset) {
+            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => {
+                buf = &mut buf[n..];
+                offset += n as u64;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Whether anyone may execute the file (a script without an extension); false where the OS
+/// keeps no such bit.
+pub fn is_executable(meta: &std::fs::Metadata) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        meta.permissions().mode() & 0o111 != 0
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = meta;
+        false
+    }
+}
+
 /// How many names (hard links) a file has; 1 where the OS does not say.
 pub fn hard_links(meta: &std::fs::Metadata) -> u64 {
     #[cfg(unix)]

@@ -3,7 +3,6 @@
 //! definitions a reply shows (the index does not keep them).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use serde::Serialize;
@@ -193,7 +192,7 @@ pub fn parse_symbol(symbol: &str) -> (Vec<&str>, &str) {
 fn read_at(workspace: &Path, rel: &str, start: u32, max: usize) -> String {
     let Ok(file) = std::fs::File::open(workspace.join(rel)) else { return String::new() };
     let mut buf = vec![0u8; max];
-    let n = file.read_at(&mut buf, u64::from(start)).unwrap_or(0);
+    let n = gm_actors::sys::read_at(&file, &mut buf, u64::from(start)).unwrap_or(0);
     buf.truncate(n);
     String::from_utf8_lossy(&buf).into_owned()
 }

@@ -7,7 +7,6 @@
 //! table and its records (`names.rs`); every file's facts, bitcode-encoded one by one.
 
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
@@ -298,7 +297,7 @@ impl Saved {
     pub fn open(path: &Path, check_whole_below: u64) -> Result<(Self, Listing), CacheError> {
         let file = File::open(path)?;
         let mut head = [0u8; HEADER_LEN];
-        file.read_exact_at(&mut head, 0).map_err(|_| CacheError::Damaged)?;
+        gm_actors::sys::read_exact_at(&file, &mut head, 0).map_err(|_| CacheError::Damaged)?;
         let header = Header::read(&head)?;
         if file.metadata()?.len() != header.total {
             return Err(CacheError::Damaged);
@@ -385,7 +384,7 @@ fn slice(start: u64, end: u64) -> Result<std::ops::Range<usize>, CacheError> {
 /// `len` bytes at `at`; a file shorter than that is damaged.
 fn read_exact(file: &File, at: u64, len: u64) -> Result<Vec<u8>, CacheError> {
     let mut buf = vec![0u8; usize::try_from(len).map_err(|_| CacheError::Damaged)?];
-    file.read_exact_at(&mut buf, at).map_err(|e| match e.kind() {
+    gm_actors::sys::read_exact_at(file, &mut buf, at).map_err(|e| match e.kind() {
         std::io::ErrorKind::UnexpectedEof => CacheError::Damaged,
         _ => CacheError::Io(e),
     })?;

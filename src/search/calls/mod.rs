@@ -26,7 +26,6 @@ mod resolve;
 mod store;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::UNIX_EPOCH;
@@ -79,7 +78,7 @@ pub struct CallIndex {
 /// Whether a file may be source gm reads: an extension of one of its languages, or no
 /// extension and the executable bit (a script, whose shebang says its language).
 fn candidate(rel: &str, meta: &std::fs::Metadata) -> bool {
-    lang::by_extension(rel).is_some() || (lang::extensionless(rel) && meta.permissions().mode() & 0o111 != 0)
+    lang::by_extension(rel).is_some() || (lang::extensionless(rel) && gm_actors::sys::is_executable(meta))
 }
 
 /// The language of a file's bytes: by its extension, or by its shebang. `Err` names another
@@ -501,11 +500,11 @@ enum Reread {
     Parsed(Cached),
 }
 
-/// A file's size, mtime (ns) and inode.
+/// A file's size, mtime (ns) and inode (0 where the OS does not say).
 fn file_stamp(path: &std::path::Path) -> Option<(u64, u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(path).ok()?;
-    Some((meta.len(), mtime_ns(&meta), meta.ino()))
+    let inode = gm_actors::sys::file_identity(&meta).map_or(0, |(_, ino)| ino);
+    Some((meta.len(), mtime_ns(&meta), inode))
 }
 
 fn mtime_ns(meta: &std::fs::Metadata) -> u64 {
