@@ -23,22 +23,44 @@ def no_children_dir():
     return _NO_CHILDREN
 
 
-def popen_gm(gm, surface, workspace):
+def popen_gm(gm, surface, workspace, extra=()):
     # A worker whose hosts are gone leaves after 2 s instead of 10 minutes.
     env = dict(os.environ, GM_DEFAULTS_DIR=no_children_dir(), GM_WORKER_IDLE_MS="2000")
-    return subprocess.Popen([gm, "serve", "--surface", surface, "--workspace", workspace], env=env,
+    return subprocess.Popen([gm, "serve", "--surface", surface, "--workspace", workspace, *extra], env=env,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
 
 
-def stop_worker(workspace, timeout_s=30):
+def rpc(p, id, method, params):
+    """One request to a `gm serve` started by `popen_gm`; its answer (notifications skipped)."""
+    p.stdin.write((json.dumps({"jsonrpc": "2.0", "id": id, "method": method, "params": params}) + "\n").encode())
+    p.stdin.flush()
+    while True:
+        m = json.loads(p.stdout.readline())
+        if m.get("id") == id:
+            return m
+
+
+def initialize(p):
+    return rpc(p, 0, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                    "clientInfo": {"name": "bench", "version": "0"}})
+
+
+def stop_worker(workspace, timeout_s=30, appear_s=0):
     """Stops the workspace's worker (SIGTERM) and waits until it has let go of the workspace.
-    A gm of a build before workers (one process per host) has none: nothing to do."""
+    A gm of a build before workers (one process per host) has none: nothing to do. `appear_s`:
+    how long to wait for a worker still starting to write its pid (a relay answers `initialize`
+    before its worker is up)."""
     life = os.path.join(workspace, ".gm", "worker.pid")
-    try:
-        with open(life) as f:
-            pid = json.load(f)["pid"]
-    except (OSError, ValueError, KeyError):
-        return
+    appear_by = time.monotonic() + appear_s
+    while True:
+        try:
+            with open(life) as f:
+                pid = json.load(f)["pid"]
+            break
+        except (OSError, ValueError, KeyError):
+            if time.monotonic() > appear_by:
+                return
+            time.sleep(0.005)
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:

@@ -4,12 +4,13 @@
 # (a worker left starting in the background took the core from the next spawn: 13 ms against 5
 # pinned). Run it for several builds, alternating:
 #   python3 bench/spawn.py GM_BIN
-import fcntl, json, os, signal, statistics, subprocess, sys, tempfile, time
+import os, statistics, subprocess, sys, tempfile, time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gm_process import no_children_dir, stop_worker
 
 gm = sys.argv[1] if len(sys.argv) == 2 else sys.exit("usage: python3 bench/spawn.py GM_BIN")
-defaults = tempfile.mkdtemp()
-open(os.path.join(defaults, "mcp.json"), "w").write('{"mcpServers":{}}')
-env = dict(os.environ, GM_DEFAULTS_DIR=defaults, GM_WORKER_IDLE_MS="3000")
+env = dict(os.environ, GM_DEFAULTS_DIR=no_children_dir(), GM_WORKER_IDLE_MS="3000")
 INIT = b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}\n'
 
 
@@ -27,35 +28,13 @@ def leave(p):
     p.wait()
 
 
-def stop_worker(ws):
-    """Ends the workspace's worker and waits until it has let go of the workspace."""
-    life = os.path.join(ws, ".gm", "worker.pid")
-    deadline = time.time() + 10
-    pid = None
-    while pid is None and time.time() < deadline:
-        try:
-            pid = json.load(open(life))["pid"]
-        except (OSError, ValueError, KeyError):
-            time.sleep(0.005)
-    if pid is None:
-        return
-    os.kill(pid, signal.SIGTERM)
-    while time.time() < deadline:
-        with open(life) as f:
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
-            except OSError:
-                time.sleep(0.005)
-
-
 cold = []
 for _ in range(15):
     ws = tempfile.mkdtemp()
     p, ms = once(ws)
     cold.append(ms)
     leave(p)
-    stop_worker(ws)
+    stop_worker(ws, appear_s=10)
 ws = tempfile.mkdtemp()
 keep, _ = once(ws)
 joining = []

@@ -578,20 +578,27 @@ fn stateless_requests_share_a_link() {
 }
 
 /// A 2026-07-28 request: the envelope in `_meta`, the revision's headers beside it.
-fn stateless(front: &Front, id: i64, method: &str, mut params: Value) -> (StatusCode, Value) {
+fn stateless(front: &Front, id: i64, method: &str, params: Value) -> (StatusCode, Value) {
+    let r = stateless_request(front, &front.client, id, method, params).send().expect("answered");
+    let status = r.status();
+    (status, r.json().expect("JSON"))
+}
+
+/// The request [`stateless`] sends, made with `client`.
+fn stateless_request(front: &Front, client: &Client, id: i64, method: &str, mut params: Value) -> RequestBuilder {
     params["_meta"] = json!({
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientCapabilities": {},
     });
     let body = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
-    let r = front
-        .post(None, &body)
+    client
+        .post(&front.url)
+        .bearer_auth(&front.token)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
         .header("mcp-protocol-version", "2026-07-28")
         .header("mcp-method", method)
-        .send()
-        .expect("answered");
-    let status = r.status();
-    (status, r.json().expect("JSON"))
+        .body(body.to_string())
 }
 
 #[test]
@@ -962,24 +969,11 @@ fn a_stateless_client_that_closes_its_request_cancels_the_call() {
     let front = Front::start(&ws, &[], &[]);
     let (status, _) = stateless(&front, 1, "tools/call", json!({ "name": "next_context", "arguments": {} }));
     assert_eq!(status, StatusCode::OK);
-    let mut params = json!({ "name": "run_code", "arguments": { "code":
+    let params = json!({ "name": "run_code", "arguments": { "code":
         "return await gm.run_shell({ command: 'sleep 30; echo finished > late.txt' })" } });
-    params["_meta"] = json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {},
-    });
-    let body = json!({ "jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params });
     let impatient = Client::builder().timeout(Duration::from_millis(1500)).build().expect("client");
     let gave_up = Instant::now();
-    let r = impatient
-        .post(&front.url)
-        .bearer_auth(&front.token)
-        .header("accept", "application/json, text/event-stream")
-        .header("content-type", "application/json")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "tools/call")
-        .body(body.to_string())
-        .send();
+    let r = stateless_request(&front, &impatient, 2, "tools/call", params).send();
     assert!(r.is_err(), "the client gave up before the answer");
     wait_until("the call logged as cancelled", || {
         front.log().iter().any(|e| e["kind"] == "code-call" && e["verb"] == "run_shell" && e["error"] == "cancelled")
@@ -990,5 +984,32 @@ fn a_stateless_client_that_closes_its_request_cancels_the_call() {
     let (status, r) =
         stateless(&front, 3, "tools/call", json!({ "name": "run_code", "arguments": { "code": "return 1 + 1" } }));
     assert_eq!((status, r["result"]["structuredContent"]["result"].as_i64()), (StatusCode::OK, Some(2)), "{r}");
+
+    // The client leaving and the answer arriving race: leave at varied moments around short
+    // calls, many times. Each call gets one outcome (no `action` logged twice for one call),
+    // the worker is the same process throughout, and the link serves on.
+    let worker = std::fs::read_to_string(ws.join(".gm/worker.pid")).expect("worker.pid");
+    for i in 0..30u64 {
+        let leaves_after = Client::builder().timeout(Duration::from_millis(2 + i % 7 * 3)).build().expect("client");
+        let code = format!("await new Promise(r => setTimeout(r, {})); return {i}", i % 5 * 4);
+        let _ = stateless_request(
+            &front,
+            &leaves_after,
+            100 + i as i64,
+            "tools/call",
+            json!({ "name": "run_code", "arguments": { "code": code } }),
+        )
+        .send();
+    }
+    let (status, r) =
+        stateless(&front, 4, "tools/call", json!({ "name": "run_code", "arguments": { "code": "return 3" } }));
+    assert_eq!((status, r["result"]["structuredContent"]["result"].as_i64()), (StatusCode::OK, Some(3)), "{r}");
+    std::thread::sleep(Duration::from_millis(300));
+    let actions: Vec<Value> =
+        front.log().into_iter().filter(|e| e["kind"] == "action" && e["tool"] == "run_code").collect();
+    let ids: std::collections::HashSet<String> =
+        actions.iter().map(|e| format!("{} {}", e["session"], e["id"])).collect();
+    assert_eq!(ids.len(), actions.len(), "one action per call");
+    assert_eq!(std::fs::read_to_string(ws.join(".gm/worker.pid")).expect("worker.pid"), worker);
     front.stop();
 }
