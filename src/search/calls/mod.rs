@@ -25,7 +25,9 @@ mod names;
 mod resolve;
 mod store;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use gm_actors::sys::FileStat;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::UNIX_EPOCH;
@@ -77,8 +79,8 @@ pub struct CallIndex {
 
 /// Whether a file may be source gm reads: an extension of one of its languages, or no
 /// extension and the executable bit (a script, whose shebang says its language).
-fn candidate(rel: &str, meta: &std::fs::Metadata) -> bool {
-    lang::by_extension(rel).is_some() || (lang::extensionless(rel) && gm_actors::sys::is_executable(meta))
+fn candidate(rel: &str, stat: &FileStat) -> bool {
+    lang::by_extension(rel).is_some() || (lang::extensionless(rel) && stat.executable)
 }
 
 /// The language of a file's bytes: by its extension, or by its shebang. `Err` names another
@@ -133,6 +135,8 @@ impl CallIndex {
     /// the watcher saw change, or everything when it cannot say (no watcher, lost events,
     /// git's index moved). Returns (files parsed now, source files).
     fn fresh(&mut self) -> Result<(usize, usize), String> {
+        // The saved cache is read while the watcher may still be placing its first watches.
+        self.load();
         let changes = self.changes.changes();
         if let (Changes::Watched(dirty), Some(_)) = (&changes, self.scanned) {
             if !dirty.all && !dirty.tracked && !self.new_file_under(&dirty.unwatched) {
@@ -154,7 +158,8 @@ impl CallIndex {
             && dirs.iter().any(|dir| {
                 crate::watch::files_under(&self.workspace, dir).any(|rel| {
                     !self.store.contains(&rel)
-                        && std::fs::metadata(self.workspace.join(&rel)).is_ok_and(|m| candidate(&rel, &m))
+                        && std::fs::metadata(self.workspace.join(&rel))
+                            .is_ok_and(|m| candidate(&rel, &FileStat::of(&m)))
                 })
             })
     }
@@ -178,7 +183,7 @@ impl CallIndex {
             let new_file = candidates.len() == before;
             if new_file && !self.in_git {
                 let meta = std::fs::metadata(self.workspace.join(path));
-                if meta.is_ok_and(|m| m.is_file() && candidate(path, &m)) {
+                if meta.is_ok_and(|m| m.is_file() && candidate(path, &FileStat::of(&m))) {
                     return None;
                 }
             }
@@ -284,10 +289,9 @@ impl CallIndex {
                 continue;
             };
             live.insert(&f.rel);
-            let mtime_ns = mtime_ns(&meta);
-            let fresh = self.store.get(&f.rel).is_some_and(|c| c.size == meta.len() && c.mtime_ns == mtime_ns);
+            let fresh = self.store.get(&f.rel).is_some_and(|c| c.size == meta.len && c.mtime_ns == meta.mtime_ns);
             if !fresh {
-                stale.push(((*f).clone(), meta.len(), mtime_ns));
+                stale.push(((*f).clone(), meta.len, meta.mtime_ns));
             }
         }
         let parsed = self.reparse(stale);
@@ -427,24 +431,41 @@ impl CallIndex {
     }
 }
 
-/// Every file's metadata (`None` for one that is gone), on every core: the first call after a
-/// restart checks a whole tree (55,000 files of a kernel), and one core takes 200 ms for it.
-fn stat_all(files: &[&Tracked]) -> Vec<Option<std::fs::Metadata>> {
+/// Every file's stat (`None` for one that is gone), on every core: the first call after a
+/// restart checks a whole tree (60,000 files of a kernel). Files are asked by directory (see
+/// [`gm_actors::sys::stat_names`]).
+fn stat_all(files: &[&Tracked]) -> Vec<Option<FileStat>> {
+    let mut by_dir: HashMap<&std::path::Path, Vec<usize>> = HashMap::new();
+    for (i, f) in files.iter().enumerate() {
+        by_dir.entry(f.path.parent().unwrap_or(std::path::Path::new("/"))).or_default().push(i);
+    }
+    let dirs: Vec<(&std::path::Path, Vec<usize>)> = by_dir.into_iter().collect();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let per = files.len().div_ceil(threads).max(1024);
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = files
-            .chunks(per)
-            .map(|mine| scope.spawn(move || mine.iter().map(|f| std::fs::metadata(&f.path).ok()).collect::<Vec<_>>()))
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let found: Vec<Vec<(usize, FileStat)>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut out = Vec::new();
+                    while let Some((dir, mine)) = dirs.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) {
+                        let names: Vec<&std::ffi::OsStr> =
+                            mine.iter().map(|&i| files[i].path.file_name().unwrap_or_default()).collect();
+                        let stats = gm_actors::sys::stat_names(dir, &names);
+                        out.extend(mine.iter().zip(stats).filter_map(|(&i, s)| Some((i, s?))));
+                    }
+                    out
+                })
+            })
             .collect();
         // A thread that panicked leaves its files out: they count as gone, and are parsed
         // again on the next call that finds them.
-        let mut out = Vec::with_capacity(files.len());
-        for (h, mine) in handles.into_iter().zip(files.chunks(per)) {
-            out.extend(h.join().unwrap_or_else(|_| vec![None; mine.len()]));
-        }
-        out
-    })
+        handles.into_iter().filter_map(|h| h.join().ok()).collect()
+    });
+    let mut out = vec![None; files.len()];
+    for (i, stat) in found.into_iter().flatten() {
+        out[i] = Some(stat);
+    }
+    out
 }
 
 /// Reads and parses files on every core; returns what each read found.
