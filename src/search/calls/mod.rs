@@ -25,7 +25,7 @@ mod names;
 mod resolve;
 mod store;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use gm_actors::sys::FileStat;
 use std::path::PathBuf;
@@ -257,7 +257,10 @@ impl CallIndex {
         let (sources, mut skipped) = match self.tree.as_ref().filter(|t| index_now == Some(t.index)) {
             Some(tree) => {
                 let mut rels: Vec<&str> = self.store.paths().chain(tree.unlisted.iter().map(String::as_str)).collect();
-                rels.sort_unstable();
+                // Saved in order: a sort of 60,000 paths is then skipped.
+                if !rels.is_sorted() {
+                    rels.sort_unstable();
+                }
                 rels.dedup();
                 let sources: Vec<Tracked> = rels
                     .into_iter()
@@ -435,11 +438,13 @@ impl CallIndex {
 /// restart checks a whole tree (60,000 files of a kernel). Files are asked by directory (see
 /// [`gm_actors::sys::stat_names`]).
 fn stat_all(files: &[&Tracked]) -> Vec<Option<FileStat>> {
-    let mut by_dir: HashMap<&std::path::Path, Vec<usize>> = HashMap::new();
+    // Grouped by the relative path's directory: hashing a `Path` walks its components.
+    let mut by_dir: rustc_hash::FxHashMap<&str, Vec<usize>> = Default::default();
     for (i, f) in files.iter().enumerate() {
-        by_dir.entry(f.path.parent().unwrap_or(std::path::Path::new("/"))).or_default().push(i);
+        by_dir.entry(f.rel.rsplit_once('/').map_or("", |(dir, _)| dir)).or_default().push(i);
     }
-    let dirs: Vec<(&std::path::Path, Vec<usize>)> = by_dir.into_iter().collect();
+    let dirs: Vec<(&std::path::Path, Vec<usize>)> =
+        by_dir.into_values().filter_map(|mine| Some((files[*mine.first()?].path.parent()?, mine))).collect();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let next = std::sync::atomic::AtomicUsize::new(0);
     let found: Vec<Vec<(usize, FileStat)>> = std::thread::scope(|scope| {

@@ -53,7 +53,7 @@ struct Slot {
 /// all of them once a search by name has read everything).
 pub struct Store {
     slots: Vec<Option<Slot>>,
-    ids: HashMap<String, FileId>,
+    ids: FxHashMap<String, FileId>,
     free: Vec<FileId>,
     shards: Vec<Shard>,
     /// The cache the saved slots are read from.
@@ -73,7 +73,7 @@ impl Default for Store {
         let n = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8);
         Self {
             slots: Vec::new(),
-            ids: HashMap::new(),
+            ids: FxHashMap::default(),
             free: Vec::new(),
             shards: (0..n).map(|_| Shard::default()).collect(),
             saved: None,
