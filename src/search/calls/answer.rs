@@ -314,23 +314,26 @@ fn sites(r: &Resolver, names: &[String], targets: &[At], defined: bool, path: Op
             Reach::Outside => !defined,
         };
         if keep {
-            found.push((at, reach));
+            // Read while the call's record is in the cache: reading tens of thousands of them
+            // again to sort them cost a miss each, a third of a kernel-wide answer.
+            let c = r.facts(at.0).and_then(|(_, f)| f.calls.get(at.1 as usize));
+            found.push(((0, c.map_or(0, |c| c.line), c.map_or(0, |c| c.column)), at, reach));
         } else {
             excluded += 1;
         }
     }
     // By path, line and column: the files' order is worked out once, then the sites sort by
     // numbers (a kernel function has tens of thousands of call sites).
-    let mut files: Vec<u32> = found.iter().map(|((id, _), _)| *id).collect();
+    let mut files: Vec<u32> = found.iter().map(|(_, (id, _), _)| *id).collect();
     files.sort_unstable();
     files.dedup();
     files.sort_by_key(|id| r.store.path(*id).unwrap_or(""));
-    let rank: HashMap<u32, u32> = files.iter().enumerate().map(|(i, id)| (*id, i as u32)).collect();
-    found.sort_by_cached_key(|((id, ci), _)| {
-        let c = r.facts(*id).and_then(|(_, f)| f.calls.get(*ci as usize));
-        (rank.get(id).copied().unwrap_or(u32::MAX), c.map_or(0, |c| c.line), c.map_or(0, |c| c.column))
-    });
-    Sites { found, excluded }
+    let rank: rustc_hash::FxHashMap<u32, u32> = files.iter().enumerate().map(|(i, id)| (*id, i as u32)).collect();
+    for (key, (id, _), _) in &mut found {
+        key.0 = rank.get(id).copied().unwrap_or(u32::MAX);
+    }
+    found.sort_by_key(|(key, _, _)| *key);
+    Sites { found: found.into_iter().map(|(_, at, reach)| (at, reach)).collect(), excluded }
 }
 
 static EMPTY: std::sync::OnceLock<FileFacts> = std::sync::OnceLock::new();
