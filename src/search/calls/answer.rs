@@ -2,7 +2,7 @@
 //! Call snippets and signature lines are read from the files here, for the sites and
 //! definitions a reply shows (the index does not keep them).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::Path;
 
 use serde::Serialize;
@@ -457,19 +457,23 @@ pub fn outline(workspace: &Path, rel: &str, f: &FileFacts, offset: usize, limit:
     let end = (offset + limit).min(total);
     let source = std::fs::read(workspace.join(rel)).unwrap_or_default();
     let sig = |start: u32| signature_in(&source, start);
-    // Built inside out: every definition's children are done before it.
-    let mut done: HashMap<u32, OutlineSymbol> = HashMap::new();
-    for i in (offset.min(end)..end).rev() {
-        let d = &f.definitions[i];
-        let mut children: Vec<(u32, OutlineSymbol)> = Vec::new();
-        let keys: Vec<u32> = done.keys().copied().filter(|k| f.definitions[*k as usize].parent == i as u32).collect();
-        for k in keys {
-            if let Some(child) = done.remove(&k) {
-                children.push((k, child));
-            }
+    // Each definition's children on this page, in order (a parent comes before its children).
+    let on_page = offset.min(end)..end;
+    let mut children_of: Vec<Vec<usize>> = vec![Vec::new(); on_page.len()];
+    let mut roots: Vec<usize> = Vec::new();
+    for i in on_page.clone() {
+        let parent = f.definitions[i].parent as usize;
+        match parent.checked_sub(on_page.start).filter(|_| on_page.contains(&parent)) {
+            Some(at) => children_of[at].push(i),
+            None => roots.push(i),
         }
-        children.sort_by_key(|(k, _)| *k);
-        let parent_on_page = d.parent != NONE && (d.parent as usize) >= offset;
+    }
+    // Built inside out: every definition's children are done before it.
+    let mut done: Vec<Option<OutlineSymbol>> = (0..on_page.len()).map(|_| None).collect();
+    for i in on_page.clone().rev() {
+        let d = &f.definitions[i];
+        let at = i - on_page.start;
+        let children = std::mem::take(&mut children_of[at]);
         let symbol = OutlineSymbol {
             name: f.str(d.name).to_owned(),
             kind: d.kind.as_str(),
@@ -481,17 +485,16 @@ pub fn outline(workspace: &Path, rel: &str, f: &FileFacts, offset: usize, limit:
                 _ => f.str(d.owner).to_owned(),
             },
             declaration: d.decl,
-            within: (!parent_on_page && d.parent != NONE).then(|| f.qualified(d.parent)),
-            children: children.into_iter().map(|(_, c)| c).collect(),
+            within: (d.parent != NONE && !on_page.contains(&(d.parent as usize))).then(|| f.qualified(d.parent)),
+            children: children.into_iter().filter_map(|k| done[k - on_page.start].take()).collect(),
         };
-        done.insert(i as u32, symbol);
+        done[at] = Some(symbol);
     }
-    let mut roots: Vec<(u32, OutlineSymbol)> = done.into_iter().collect();
-    roots.sort_by_key(|(k, _)| *k);
+    let symbols = roots.into_iter().filter_map(|i| done[i - on_page.start].take()).collect();
     OutlineReply {
         file: rel.to_owned(),
         language: f.lang.clone(),
-        symbols: roots.into_iter().map(|(_, s)| s).collect(),
+        symbols,
         total,
         offset,
         next: (end < total).then_some(end),
