@@ -99,6 +99,106 @@ fn a_directory_made_while_the_watchers_queue_overflowed_is_watched_after_it() {
     }
 }
 
+#[test]
+fn the_first_walk_on_every_core_watches_every_directory_gitignore_keeps_and_no_other() {
+    // Wide and deep, so that the walk's threads share the work; outside git, so that only the
+    // watcher says what changed.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = dir.path().canonicalize().expect("canonical");
+    write(&ws, ".gitignore", "ignored/\n");
+    write(&ws, "lib/a.js", "export function target() {}\n");
+    write(&ws, "notes.txt", "nothing here yet\n");
+    for i in 0..120 {
+        write(&ws, &format!("wide{i}/sub/w.txt"), "wide\n");
+    }
+    let deep: String = (0..30).map(|d| format!("d{d}/")).collect();
+    write(&ws, &format!("{deep}x.txt"), "deep\n");
+    write(&ws, "ignored/a/b/i.txt", "ignoredWord\n");
+    let mut gm = Gm::start_in(&ws, &[], &[]);
+    gm.ready();
+    let r = search_and_callers(&mut gm, "nothing here");
+    assert_eq!(r["fresh"], "watch", "{r}");
+    // The workspace, lib, 120 × 2 wide ones and 30 deep ones; not `ignored/` nor under it,
+    // not `.gm`.
+    let events = gm.events_of("watch");
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["dirs"], 1 + 1 + 240 + 30, "{events:?}");
+    // Edits in the deepest, the first and the last wide directory, made after the walk, are
+    // the watcher's news: each of them is watched.
+    for (round, word) in ["heron", "stork", "crane"].into_iter().enumerate() {
+        let places = [format!("{deep}x"), "wide0/sub/w".to_owned(), "wide119/sub/w".to_owned()];
+        for place in &places {
+            write(&ws, &format!("{place}.txt"), &format!("{word}\n"));
+            let up = "../".repeat(place.matches('/').count());
+            write(
+                &ws,
+                &format!("{place}.js"),
+                &format!("import {{ target }} from '{up}lib/a.js';\nfunction r{round}() {{ target(); }}\n"),
+            );
+        }
+        let r = search_and_callers(&mut gm, word);
+        assert_eq!(r["fresh"], "watch", "{r}");
+        let mut hits = hit_paths(&r);
+        hits.sort();
+        let mut expected: Vec<String> = places.iter().map(|p| format!("{p}.txt")).collect();
+        expected.sort();
+        assert_eq!(hits, expected, "round {round}: {r}");
+        let mut callers: Vec<String> = places.iter().map(|p| format!("{p}.js:2")).collect();
+        callers.sort();
+        assert_eq!(r["callers"], json!(callers), "round {round}: {r}");
+    }
+}
+
+#[test]
+fn directories_made_while_the_first_walk_runs_are_watched() {
+    // The race between the walk's threads and directories appearing under them, run at several
+    // starts: a directory made before its parent was read is walked, one made after is an
+    // event; none may be missed.
+    for start in 0..5 {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ws = dir.path().canonicalize().expect("canonical");
+        write(&ws, "lib/a.js", "export function target() {}\n");
+        for i in 0..300 {
+            write(&ws, &format!("wide{i}/sub/w.txt"), "wide\n");
+        }
+        // Directories keep appearing, one a millisecond, from before the worker starts until
+        // well after its walk (a few tens of milliseconds, right after `initialize`), so that
+        // some are made while the walk's threads run.
+        let maker = {
+            let ws = ws.clone();
+            std::thread::spawn(move || {
+                for k in 0..300 {
+                    write(&ws, &format!("race/r{k}/s/f.txt"), "early\n");
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                300
+            })
+        };
+        let mut gm = Gm::start_in(&ws, &[], &[]);
+        gm.ready();
+        let made = maker.join().expect("maker");
+        // The index is built now; only the watcher can tell it of the writes that follow.
+        let r = gm
+            .js("const s = await gm.search({ query: 'early', limit: 500 }); return { fresh: s.fresh, hits: s.hits };");
+        assert_eq!(hit_paths(&r).len(), made, "start {start}: {r}");
+        for k in 0..made {
+            write(&ws, &format!("race/r{k}/s/f.txt"), "lateWord\n");
+        }
+        let r = gm.js(
+            "const s = await gm.search({ query: 'late word', limit: 500 }); return { fresh: s.fresh, hits: s.hits };",
+        );
+        assert_eq!(r["fresh"], "watch", "start {start}: {r}");
+        let hits = hit_paths(&r);
+        let missed: Vec<String> =
+            (0..made).map(|k| format!("race/r{k}/s/f.txt")).filter(|p| !hits.contains(p)).collect();
+        assert!(
+            missed.is_empty(),
+            "start {start}: edits under directories made around the walk were missed: {missed:?}"
+        );
+        assert_eq!(hits.len(), made, "start {start}: {hits:?}");
+    }
+}
+
 /// The uid that gm runs as in the refused-directory test: `nobody` when the tests run as root
 /// (root may watch any directory), else the tests' own.
 fn unprivileged() -> Option<u32> {

@@ -26,13 +26,12 @@ mod resolve;
 mod store;
 
 use std::collections::{BTreeMap, BTreeSet};
-
-use gm_actors::sys::FileStat;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::UNIX_EPOCH;
 
 use actix::prelude::*;
+use gm_actors::sys::FileStat;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use tree_sitter::Parser;
