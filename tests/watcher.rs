@@ -280,3 +280,62 @@ fn a_directory_the_watcher_may_not_watch_is_skipped_named_and_checked_at_each_se
     // The temporary directory is removed by its owner (this test), whatever the modes.
     std::fs::set_permissions(ws.join("locked"), std::fs::Permissions::from_mode(0o755)).expect("chmod");
 }
+
+#[test]
+fn callers_right_after_a_start_misses_no_edit_made_while_the_first_walk_runs() {
+    // A first `callers` after a start checks every file itself rather than wait for the
+    // watcher's first walk. Edits made after that check and before the walk reached their
+    // directories are no events: the first call after the watcher is ready must check every
+    // file again, not take the watcher's word. The edits and the walk race: several starts,
+    // and a tree of 12,000 directories, so that the walk is still running when they are made.
+    const SITES: usize = 40;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = dir.path().canonicalize().expect("canonical");
+    let defs: String = (0..6).map(|k| format!("export function t{k}() {{}}\n")).collect();
+    write(&ws, "lib/a.js", &defs);
+    write(&ws, "pad.txt", "pad\n");
+    for i in 0..12_000 {
+        std::fs::create_dir_all(ws.join(format!("pad{}/p{i}", i % 40))).expect("mkdir");
+    }
+    let site = |i: usize| format!("s{i}/deep/c{i}.js");
+    let call =
+        |i: usize, k: usize| format!("import {{ t{k} }} from '../../lib/a.js';\nfunction f{i}() {{ t{k}(); }}\n");
+    for i in 0..SITES {
+        write(&ws, &site(i), &call(i, 0));
+    }
+    let callers = |gm: &mut Gm, k: usize| -> Vec<String> {
+        let r = gm.js(&format!("const c = await gm.callers({{ symbol: 't{k}' }}); return c.callers.map(x => x.path);"));
+        let mut paths: Vec<String> =
+            r.as_array().expect("paths").iter().map(|p| p.as_str().unwrap_or("").to_owned()).collect();
+        paths.sort();
+        paths
+    };
+    let mut all: Vec<String> = (0..SITES).map(site).collect();
+    all.sort();
+    // In git, as most workspaces are: a first call then reads the file list from the cache,
+    // not from a walk of its own, and is done long before the watcher's walk.
+    let git = |args: &[&str]| {
+        common::git(&ws, &[&["-c", "user.name=t", "-c", "user.email=t@example.invalid"], args].concat())
+    };
+    git(&["init", "-q"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "the tree"]);
+    // The cache on disk, as a restart finds it.
+    let mut gm = Gm::start_in(&ws, &[], &[]);
+    gm.ready();
+    assert_eq!(callers(&mut gm, 0), all);
+    common::shut_down(gm);
+    for start in 1..6 {
+        let mut gm = Gm::start_in(&ws, &[], &[]);
+        gm.ready();
+        assert_eq!(callers(&mut gm, start - 1), all, "start {start}: the first call");
+        for i in 0..SITES {
+            write(&ws, &site(i), &call(i, start));
+        }
+        // A search waits for the watcher's first watches: they are in place after it.
+        let fresh = gm.js("const s = await gm.search({ query: 'pad' }); return s.fresh;");
+        assert_eq!(fresh, "watch", "start {start}");
+        assert_eq!(callers(&mut gm, start), all, "start {start}: edits made while the first walk ran were missed");
+        common::shut_down(gm);
+    }
+}

@@ -7,6 +7,7 @@
 //! it on a blocking thread.
 
 mod diff;
+mod discover;
 mod remote;
 mod status;
 
@@ -15,6 +16,7 @@ use std::path::{Component, Path, PathBuf};
 use git2::{Oid, Repository, Signature};
 
 pub use diff::{describe, DiffSummary, INLINE_PATCH};
+pub use discover::git_dir;
 pub use remote::RemoteRef;
 pub use status::StatusEntry;
 

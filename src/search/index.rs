@@ -267,7 +267,7 @@ impl LineIndex {
             manifest,
             paths,
             last_scan: None,
-            in_git: git2::Repository::discover(workspace).is_ok(),
+            in_git: crate::git::git_dir(workspace).is_some(),
             doomed: Vec::new(),
             meta_seen: meta_stamp(dir),
         })

@@ -57,7 +57,8 @@ pub(super) fn run(layout: &Layout, sink: Arc<dyn Sink>, ready: impl FnOnce(&'sta
         layout,
         watches: inotify.watches(),
         targets: HashMap::new(),
-        repo: git2::Repository::discover(&layout.workspace).ok(),
+        // Opened after the first walk, on its thread: see `watch_whole_tree`.
+        repo: None,
         sink,
         refused: Vec::new(),
         overflowed: false,
@@ -165,7 +166,24 @@ impl Tree<'_> {
                 })
                 .build_parallel()
         };
-        walker.run(|| Box::new(|_| ignore::WalkState::Continue));
+        // The walk is background work: a first `callers` after a start checks every file
+        // itself meanwhile, on the same cores, and goes first. The walk's threads are started
+        // from one of lower priority and inherit it. The repository (asked whether a path
+        // is ignored, for events only) is opened there too, after the walk: libgit2's first
+        // call costs tens of milliseconds (see `crate::git::git_dir`).
+        let open_repo = self.repo.is_none();
+        let walk = std::thread::Builder::new().name("gm-watch-walk".into()).spawn(move || {
+            gm_actors::sys::lower_thread_priority();
+            walker.run(|| Box::new(|_| ignore::WalkState::Continue));
+            open_repo.then(|| git2::Repository::discover(&root).ok()).flatten()
+        });
+        let repo = walk
+            .map_err(|e| format!("cannot start the watcher's walk: {e}"))?
+            .join()
+            .map_err(|_| "the watcher's walk panicked".to_owned())?;
+        if repo.is_some() {
+            self.repo = repo;
+        }
         let found = std::mem::take(&mut *lock(&found));
         for (path, placed) in found {
             self.place(&path, placed)?;

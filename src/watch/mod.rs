@@ -221,9 +221,7 @@ impl Watcher {
         let portable = backend == Backend::Portable || !cfg!(target_os = "linux");
         let spawned = std::thread::Builder::new().name("gm-watch".into()).spawn(move || {
             let started = Instant::now();
-            // On this thread: the first git2 call initializes libgit2 and OpenSSL, which reads
-            // the system's CA bundle (~40 ms); on the server's thread it held up `initialize`.
-            let git_dir = git2::Repository::discover(&workspace).ok().map(|r| r.path().to_owned());
+            let git_dir = crate::git::git_dir(&workspace);
             let layout = Layout { workspace, git_dir, cookie_dir, state_dir };
             let sink: Arc<dyn Sink> = shared.clone();
             let ready = |backend: &'static str, dirs: u64| {
@@ -305,6 +303,16 @@ impl Subscription {
     /// See [`Readiness`].
     pub fn readiness(&self) -> Readiness {
         Readiness { shared: self.shared.clone() }
+    }
+
+    /// [`Subscription::changes`], or `None` while the first watches are still being placed
+    /// (the watcher has not failed): for a reader that can check every file itself sooner than
+    /// the watcher's first walk ends.
+    pub fn changes_if_ready(&self) -> Option<Changes> {
+        let state = self.shared.lock();
+        let waiting = !state.ready && state.failed.is_none();
+        drop(state);
+        (!waiting).then(|| self.changes())
     }
 
     /// Everything that changed since this subscriber last asked, including every change made

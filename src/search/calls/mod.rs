@@ -62,7 +62,9 @@ pub struct CallIndex {
     saver: Option<Saver>,
     /// What the watcher saw change: with it, a call looks only at those files.
     changes: Subscription,
-    /// Source files as the last full refresh counted them; `None` before the first.
+    /// Source files as the last full refresh counted them, if the watcher was watching when it
+    /// began; `None` before the first such refresh: until then the watcher's changes are not
+    /// all that changed.
     scanned: Option<usize>,
     /// Tracked files of languages gm does not parse, by language, as the last refresh counted.
     skipped: BTreeMap<String, usize>,
@@ -110,9 +112,9 @@ impl CallIndex {
     /// The index of `workspace`, keeping its cache under `state_dir` (the workspace's `.gm`).
     pub fn new(workspace: PathBuf, state_dir: PathBuf, changes: Subscription) -> Self {
         let file = state_dir.join("calls").join("cache.bin");
-        let repo = git2::Repository::discover(&workspace).ok();
-        let in_git = repo.is_some();
-        let git_index = repo.map(|r| r.path().join("index"));
+        let git_dir = crate::git::git_dir(&workspace);
+        let in_git = git_dir.is_some();
+        let git_index = git_dir.map(|d| d.join("index"));
         Self {
             workspace,
             file,
@@ -134,9 +136,17 @@ impl CallIndex {
     /// the watcher saw change, or everything when it cannot say (no watcher, lost events,
     /// git's index moved). Returns (files parsed now, source files).
     fn fresh(&mut self) -> Result<(usize, usize), String> {
-        // The saved cache is read while the watcher may still be placing its first watches.
         self.load();
-        let changes = self.changes.changes();
+        // Right after a start the watcher may still be placing its first watches (a kernel's
+        // walk takes 150 ms on every core): rather than wait, every file is checked now, as it
+        // would be then. That check is not trusted later: a change made after it and before
+        // the watches were placed is seen by neither, so the first call after the watcher is
+        // ready checks every file again.
+        let Some(changes) = self.changes.changes_if_ready() else {
+            let counts = self.refresh()?;
+            self.scanned = None;
+            return Ok(counts);
+        };
         if let (Changes::Watched(dirty), Some(_)) = (&changes, self.scanned) {
             if !dirty.all && !dirty.tracked && !self.new_file_under(&dirty.unwatched) {
                 // A directory the watcher could not watch stands for the files under it,
