@@ -263,7 +263,9 @@ impl CallIndex {
         self.load();
         // Stamped before it is read: an index written meanwhile differs from the stamp.
         let index_now = self.git_index.as_deref().and_then(file_stamp);
-        let (sources, mut skipped) = match self.tree.as_ref().filter(|t| index_now == Some(t.index)) {
+        // Relative paths only: a path on disk is joined for each directory, and for each file
+        // that is read again (60,000 joins of a kernel took 15 ms).
+        let (sources, mut skipped): (Vec<String>, _) = match self.tree.as_ref().filter(|t| index_now == Some(t.index)) {
             Some(tree) => {
                 let mut rels: Vec<&str> = self.store.paths().chain(tree.unlisted.iter().map(String::as_str)).collect();
                 // Saved in order: a sort of 60,000 paths is then skipped.
@@ -271,11 +273,7 @@ impl CallIndex {
                     rels.sort_unstable();
                 }
                 rels.dedup();
-                let sources: Vec<Tracked> = rels
-                    .into_iter()
-                    .map(|rel| Tracked { rel: rel.to_owned(), path: self.workspace.join(rel) })
-                    .collect();
-                (sources, tree.other.clone())
+                (rels.into_iter().map(str::to_owned).collect(), tree.other.clone())
             }
             None => {
                 let tracked = tracked_files(&self.workspace).map_err(|e| e.to_string())?;
@@ -283,7 +281,7 @@ impl CallIndex {
                 let mut sources = Vec::new();
                 for f in tracked {
                     if lang::by_extension(&f.rel).is_some() || lang::extensionless(&f.rel) {
-                        sources.push(f);
+                        sources.push(f.rel);
                     } else if let Some(language) = lang::other_language(&f.rel) {
                         *other.entry(language.to_owned()).or_default() += 1;
                     }
@@ -291,19 +289,19 @@ impl CallIndex {
                 (sources, other)
             }
         };
-        let sources: Vec<&Tracked> = sources.iter().collect();
         let mut stale = Vec::new();
         let mut live: rustc_hash::FxHashSet<&str> = Default::default();
         let mut unlisted = Vec::new();
-        for (f, meta) in sources.iter().zip(stat_all(&sources)) {
-            let Some(meta) = meta.filter(|m| candidate(&f.rel, m)) else {
-                unlisted.push(f.rel.clone());
+        for (rel, meta) in sources.iter().zip(stat_all(&self.workspace, &sources)) {
+            let Some(meta) = meta.filter(|m| candidate(rel, m)) else {
+                unlisted.push(rel.clone());
                 continue;
             };
-            live.insert(&f.rel);
-            let fresh = self.store.get(&f.rel).is_some_and(|c| c.size == meta.len && c.mtime_ns == meta.mtime_ns);
+            live.insert(rel);
+            let fresh = self.store.get(rel).is_some_and(|c| c.size == meta.len && c.mtime_ns == meta.mtime_ns);
             if !fresh {
-                stale.push(((*f).clone(), meta.len, meta.mtime_ns));
+                let f = Tracked { rel: rel.clone(), path: self.workspace.join(rel) };
+                stale.push((f, meta.len, meta.mtime_ns));
             }
         }
         let parsed = self.reparse(stale);
@@ -443,17 +441,16 @@ impl CallIndex {
     }
 }
 
-/// Every file's stat (`None` for one that is gone), on every core: the first call after a
-/// restart checks a whole tree (60,000 files of a kernel). Files are asked by directory (see
-/// [`gm_actors::sys::stat_names`]).
-fn stat_all(files: &[&Tracked]) -> Vec<Option<FileStat>> {
+/// Every file's stat (`None` for one that is gone), by path relative to `workspace`, on
+/// every core: the first call after a restart checks a whole tree (60,000 files of a kernel).
+/// Files are asked by directory (see [`gm_actors::sys::stat_names`]).
+fn stat_all(workspace: &std::path::Path, rels: &[String]) -> Vec<Option<FileStat>> {
     // Grouped by the relative path's directory: hashing a `Path` walks its components.
     let mut by_dir: rustc_hash::FxHashMap<&str, Vec<usize>> = Default::default();
-    for (i, f) in files.iter().enumerate() {
-        by_dir.entry(f.rel.rsplit_once('/').map_or("", |(dir, _)| dir)).or_default().push(i);
+    for (i, rel) in rels.iter().enumerate() {
+        by_dir.entry(rel.rsplit_once('/').map_or("", |(dir, _)| dir)).or_default().push(i);
     }
-    let dirs: Vec<(&std::path::Path, Vec<usize>)> =
-        by_dir.into_values().filter_map(|mine| Some((files[*mine.first()?].path.parent()?, mine))).collect();
+    let dirs: Vec<(&str, Vec<usize>)> = by_dir.into_iter().collect();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let next = std::sync::atomic::AtomicUsize::new(0);
     let found: Vec<Vec<(usize, FileStat)>> = std::thread::scope(|scope| {
@@ -462,9 +459,13 @@ fn stat_all(files: &[&Tracked]) -> Vec<Option<FileStat>> {
                 scope.spawn(|| {
                     let mut out = Vec::new();
                     while let Some((dir, mine)) = dirs.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) {
-                        let names: Vec<&std::ffi::OsStr> =
-                            mine.iter().map(|&i| files[i].path.file_name().unwrap_or_default()).collect();
-                        let stats = gm_actors::sys::stat_names(dir, &names);
+                        let names: Vec<&std::ffi::OsStr> = mine
+                            .iter()
+                            .map(|&i| {
+                                std::ffi::OsStr::new(rels[i].rsplit_once('/').map_or(rels[i].as_str(), |(_, n)| n))
+                            })
+                            .collect();
+                        let stats = gm_actors::sys::stat_names(&workspace.join(dir), &names);
                         out.extend(mine.iter().zip(stats).filter_map(|(&i, s)| Some((i, s?))));
                     }
                     out
@@ -475,7 +476,7 @@ fn stat_all(files: &[&Tracked]) -> Vec<Option<FileStat>> {
         // again on the next call that finds them.
         handles.into_iter().filter_map(|h| h.join().ok()).collect()
     });
-    let mut out = vec![None; files.len()];
+    let mut out = vec![None; rels.len()];
     for (i, stat) in found.into_iter().flatten() {
         out[i] = Some(stat);
     }
