@@ -7,8 +7,8 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::facts::{CallKind, DefKind, FileFacts, NONE};
-use super::resolve::{resolution, Reach, Resolver};
+use super::facts::{Call, CallKind, DefKind, FileFacts, NONE};
+use super::resolve::{owner_key, resolution, Reach, Resolver};
 use super::store::{At, Store};
 use crate::search::tokenizer::words;
 
@@ -306,18 +306,31 @@ fn sites(r: &Resolver, names: &[String], targets: &[At], defined: bool, path: Op
         calling.dedup();
         r.store.prefetch(&calling);
     }
-    for at in listed {
-        let reach = r.reach(at);
+    // The call records first, with their enclosing definitions' owners, in a loop that does
+    // nothing else: they lie all over the facts (a kernel-wide name's sites, all over 230 MB of
+    // them), and loads that do not wait on each other are fetched several at once, where
+    // resolving each site as it was read waited for every one.
+    let records: Vec<Option<(Call, u32)>> = listed
+        .iter()
+        .map(|&(id, ci)| {
+            let (_, f) = r.facts(id)?;
+            let c = f.calls.get(ci as usize)?;
+            Some((c.clone(), owner_key(f, c.enclosing)))
+        })
+        .collect();
+    for (at, record) in listed.into_iter().zip(records) {
+        let reach = match (&record, r.facts(at.0)) {
+            (Some((call, owner)), Some((_, f))) => r.reach_of(at.0, f, call, *owner),
+            _ => Reach::Outside,
+        };
         let keep = match &reach {
             Reach::Defs { defs, .. } => defs.iter().any(|d| targets.contains(d)),
             Reach::Macro => true,
             Reach::Outside => !defined,
         };
         if keep {
-            // Read while the call's record is in the cache: reading tens of thousands of them
-            // again to sort them cost a miss each, a third of a kernel-wide answer.
-            let c = r.facts(at.0).and_then(|(_, f)| f.calls.get(at.1 as usize));
-            found.push(((0, c.map_or(0, |c| c.line), c.map_or(0, |c| c.column)), at, reach));
+            let (line, column) = record.map_or((0, 0), |(c, _)| (c.line, c.column));
+            found.push(((0, line, column), at, reach));
         } else {
             excluded += 1;
         }

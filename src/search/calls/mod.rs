@@ -174,7 +174,7 @@ impl CallIndex {
     }
 
     fn source_files(&self) -> usize {
-        self.store.summaries().filter(|(_, _, s)| lang::by_name(&s.lang).is_some()).count()
+        self.store.sources()
     }
 
     /// Reparses the changed files among `paths` (a path may be a directory that went away);

@@ -310,20 +310,15 @@ impl<'a> Resolver<'a> {
         out
     }
 
-    /// Where a call site may go.
-    pub fn reach(&self, (id, ci): At) -> Reach {
-        let Some((_, f)) = self.facts(id) else { return Reach::Outside };
-        let Some(call) = f.calls.get(ci as usize) else { return Reach::Outside };
+    /// Where `call`, a call site of file `id`, may go; `owner` is [`owner_key`] of its
+    /// enclosing definition.
+    pub fn reach_of(&self, id: FileId, f: &FileFacts, call: &Call, owner: u32) -> Reach {
         if !matches!(call.kind, CallKind::Call | CallKind::New)
             || !call.recv_type.is_empty()
             || !call.qualifier.is_empty()
         {
             return self.find_reach(id, f, call);
         }
-        // Names are interned per file: the offsets of the callee and of the enclosing type's
-        // name say which bare call it is.
-        let owner = enclosing_owner(f, call.enclosing)
-            .map_or(u32::MAX, |o| (o.as_ptr() as usize).wrapping_sub(f.strings.as_ptr() as usize) as u32);
         let key = (id, call.callee.start, owner);
         if let Some(hit) = self.bare.borrow().get(&key) {
             return hit.clone();
@@ -514,6 +509,13 @@ fn constructors_as_types(r: &Resolver, defs: Vec<At>, name: &str) -> Vec<At> {
 }
 
 /// The type whose method (or body) a call is in.
+/// Names are interned per file: the offsets of a bare call's callee and of its enclosing
+/// type's name (this) say which bare call it is.
+pub fn owner_key(f: &FileFacts, enclosing: u32) -> u32 {
+    enclosing_owner(f, enclosing)
+        .map_or(u32::MAX, |o| (o.as_ptr() as usize).wrapping_sub(f.strings.as_ptr() as usize) as u32)
+}
+
 fn enclosing_owner(f: &FileFacts, mut at: u32) -> Option<&str> {
     while let Some(d) = f.def(at) {
         if d.kind.is_type() {

@@ -63,6 +63,13 @@ pub struct Store {
     damaged: AtomicBool,
     /// Renaming imports, worked out on a query's first need and kept until a file changes.
     aliases: Mutex<Option<Arc<Aliases>>>,
+    /// Files of a language gm parses, counted as they come and go (every reply gives the
+    /// count; counting 60,000 summaries took a millisecond of each warm `callers`).
+    sources: usize,
+}
+
+fn is_source(summary: &Summary) -> bool {
+    super::lang::by_name(&summary.lang).is_some()
 }
 
 /// Renaming imports: original name -> the local names it is imported as.
@@ -79,6 +86,7 @@ impl Default for Store {
             saved: None,
             damaged: AtomicBool::new(false),
             aliases: Default::default(),
+            sources: 0,
         }
     }
 }
@@ -96,6 +104,7 @@ impl Store {
         let mut store = Store { saved: Some(Arc::new(saved)), ..Store::default() };
         store.slots.reserve(entries.len());
         for e in entries {
+            store.sources += usize::from(is_source(&e.summary));
             store.ids.insert(e.path.clone(), store.slots.len() as FileId);
             store.slots.push(Some(Slot {
                 rel: e.path,
@@ -189,6 +198,7 @@ impl Store {
         self.remove(&rel);
         let id = self.free.pop().unwrap_or(self.slots.len() as FileId);
         let summary = Arc::new(Summary::of(&cached.facts));
+        self.sources += usize::from(is_source(&summary));
         self.index(id, &cached.facts, &summary, true);
         self.ids.insert(rel.clone(), id);
         let slot = Slot { rel, stamp: cached.stamp, summary, facts: Facts::Ready(cached.facts) };
@@ -201,6 +211,7 @@ impl Store {
     pub fn remove(&mut self, rel: &str) -> bool {
         let Some(id) = self.ids.remove(rel) else { return false };
         if let Some(slot) = self.slots.get_mut(id as usize).and_then(Option::take) {
+            self.sources -= usize::from(is_source(&slot.summary));
             match &slot.facts {
                 Facts::Ready(f) => self.index(id, f, &slot.summary, false),
                 // Its names are in the saved table, which lists only slots still as saved.
@@ -223,6 +234,11 @@ impl Store {
         for (n, shard) in self.shards.iter_mut().enumerate() {
             shard.index(id, f, add, |name| shard_of(name, count) == n);
         }
+    }
+
+    /// How many files are of a language gm parses.
+    pub fn sources(&self) -> usize {
+        self.sources
     }
 
     pub fn paths(&self) -> impl Iterator<Item = &str> {
