@@ -57,7 +57,7 @@ pub(super) fn run(layout: &Layout, sink: Arc<dyn Sink>, ready: impl FnOnce(&'sta
         layout,
         watches: inotify.watches(),
         targets: HashMap::new(),
-        // Opened after the first walk, on its thread: see `watch_whole_tree`.
+        // Opened after the first walk: see below.
         repo: None,
         sink,
         refused: Vec::new(),
@@ -77,6 +77,10 @@ pub(super) fn run(layout: &Layout, sink: Arc<dyn Sink>, ready: impl FnOnce(&'sta
     }
     tree.watch_whole_tree()?;
     ready("inotify", tree.dirs());
+    // Asked whether a path is ignored, for events only: opened once readers no longer wait
+    // (libgit2's first call costs tens of milliseconds, see `crate::git::git_dir`); the
+    // events meanwhile wait in the kernel's queue.
+    tree.repo = git2::Repository::discover(&layout.workspace).ok();
     let mut buffer = vec![0u8; 64 * 1024];
     loop {
         let events = inotify.read_events_blocking(&mut buffer).map_err(|e| format!("reading inotify events: {e}"))?;
@@ -166,24 +170,7 @@ impl Tree<'_> {
                 })
                 .build_parallel()
         };
-        // The walk is background work: a first `callers` after a start checks every file
-        // itself meanwhile, on the same cores, and goes first. The walk's threads are started
-        // from one of lower priority and inherit it. The repository (asked whether a path
-        // is ignored, for events only) is opened there too, after the walk: libgit2's first
-        // call costs tens of milliseconds (see `crate::git::git_dir`).
-        let open_repo = self.repo.is_none();
-        let walk = std::thread::Builder::new().name("gm-watch-walk".into()).spawn(move || {
-            gm_actors::sys::lower_thread_priority();
-            walker.run(|| Box::new(|_| ignore::WalkState::Continue));
-            open_repo.then(|| git2::Repository::discover(&root).ok()).flatten()
-        });
-        let repo = walk
-            .map_err(|e| format!("cannot start the watcher's walk: {e}"))?
-            .join()
-            .map_err(|_| "the watcher's walk panicked".to_owned())?;
-        if repo.is_some() {
-            self.repo = repo;
-        }
+        walker.run(|| Box::new(|_| ignore::WalkState::Continue));
         let found = std::mem::take(&mut *lock(&found));
         for (path, placed) in found {
             self.place(&path, placed)?;
