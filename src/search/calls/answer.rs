@@ -525,6 +525,11 @@ fn signature_in(source: &[u8], start: u32) -> String {
 /// How a name matches a query: exactly, by prefix, or by its words. Run on every defined
 /// name of the tree (a million on a kernel), so it allocates nothing until the words test.
 fn matches(name: &str, query: &str, query_words: &[String]) -> Option<(u8, &'static str)> {
+    // Exact and prefix matches share the first byte, in some case.
+    let (n, q) = (name.as_bytes(), query.as_bytes());
+    if n.first().map(u8::to_ascii_lowercase) != q.first().map(u8::to_ascii_lowercase) {
+        return by_parts(name, query_words);
+    }
     if name == query {
         return Some((0, "exact"));
     }
@@ -537,6 +542,10 @@ fn matches(name: &str, query: &str, query_words: &[String]) -> Option<(u8, &'sta
     if name.len() > query.len() && name.as_bytes()[..query.len()].eq_ignore_ascii_case(query.as_bytes()) {
         return Some((3, "prefix"));
     }
+    by_parts(name, query_words)
+}
+
+fn by_parts(name: &str, query_words: &[String]) -> Option<(u8, &'static str)> {
     // Cheap test first: every word of the query occurs in the name; then the real one.
     if !query_words.is_empty() && query_words.iter().all(|w| contains_ignore_case(name, w)) {
         let name_words = words(name);
@@ -547,10 +556,14 @@ fn matches(name: &str, query: &str, query_words: &[String]) -> Option<(u8, &'sta
     None
 }
 
-/// Whether `hay` contains `needle` (lowercase) in any ASCII case.
+/// Whether `hay` contains `needle` (lowercase) in any ASCII case. Only where the needle's
+/// first byte occurs (found with SIMD) is the rest compared.
 fn contains_ignore_case(hay: &str, needle: &str) -> bool {
     let (hay, needle) = (hay.as_bytes(), needle.as_bytes());
-    needle.is_empty() || hay.windows(needle.len()).any(|w| w.eq_ignore_ascii_case(needle))
+    let Some(&first) = needle.first() else { return true };
+    let Some(last_start) = hay.len().checked_sub(needle.len()) else { return false };
+    memchr::memchr2_iter(first.to_ascii_lowercase(), first.to_ascii_uppercase(), &hay[..=last_start])
+        .any(|i| hay[i..i + needle.len()].eq_ignore_ascii_case(needle))
 }
 
 /// A query's words as `search` splits them, without the whole identifiers that are split
@@ -575,9 +588,40 @@ pub fn find(workspace: &Path, store: &Store, args: FindArgs, counts: Counts) -> 
     let r = Resolver::new(store);
     let (qualifier, name) = parse_symbol(args.query);
     let query_words = parts(name);
+    // The names first, on every core (millions of them on a kernel); then their definitions.
+    let matched: Vec<(u8, &'static str, &[At])> = std::thread::scope(|scope| {
+        let query_words = &query_words;
+        let handles: Vec<_> = store
+            .def_names()
+            .into_iter()
+            .map(|names| {
+                scope.spawn(move || {
+                    let mut names = names.peekable();
+                    let mut batch = Vec::with_capacity(64);
+                    let mut found = Vec::new();
+                    while names.peek().is_some() {
+                        batch.clear();
+                        batch.extend(names.by_ref().take(64));
+                        // Each name's first byte is read for the whole batch before any is
+                        // matched: the names lie all over the heap, a cache miss each, and
+                        // loads that do not wait on each other are fetched several at once.
+                        let first_bytes = batch
+                            .iter()
+                            .fold(0u32, |sum, (n, _)| sum.wrapping_add(u32::from(*n.as_bytes().first().unwrap_or(&0))));
+                        std::hint::black_box(first_bytes);
+                        found.extend(batch.iter().filter_map(|&(defined, ats)| {
+                            matches(defined, name, query_words).map(|(r, how)| (r, how, ats))
+                        }));
+                    }
+                    found
+                })
+            })
+            .collect();
+        // A thread's panic is the call's (its reply would otherwise miss names).
+        handles.into_iter().flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
+    });
     let mut hits: Vec<(u8, &'static str, At)> = Vec::new();
-    for (defined, ats) in store.def_names() {
-        let Some((rank, how)) = matches(defined, name, &query_words) else { continue };
+    for (rank, how, ats) in matched {
         for &at in ats {
             let Some((path, f)) = r.facts(at.0) else { continue };
             let Some(d) = f.def(at.1) else { continue };
@@ -650,5 +694,21 @@ mod tests {
         assert_eq!(q("get_user_name", "userName"), Some("parts"));
         assert_eq!(q("getUserName", "username"), None);
         assert_eq!(q("reuse", "use"), None);
+        assert_eq!(q("GetUserName", "getUser"), Some("prefix"), "the first byte in another case");
+        assert_eq!(q("x", "getUser"), None);
+        assert_eq!(q("", "get"), None);
+    }
+
+    #[test]
+    fn a_word_is_found_in_a_name_in_any_ascii_case_wherever_it_starts() {
+        let c = contains_ignore_case;
+        assert!(c("getUserName", "user"));
+        assert!(c("GET_USER", "user"), "at the end");
+        assert!(c("USERx", "user"), "at the start");
+        assert!(c("aaab", "aab"), "after a false start on the same first byte");
+        assert!(c("anything", ""));
+        assert!(!c("use", "user"), "longer than the name");
+        assert!(!c("getUsrName", "user"));
+        assert!(!c("", "u"));
     }
 }

@@ -373,12 +373,13 @@ impl Store {
         });
     }
 
-    /// Every defined name (constants too, once listed), for a search by prefix or by parts.
-    pub fn def_names(&self) -> impl Iterator<Item = (&str, &[At])> {
+    /// Every defined name (constants too, once listed), for a search by prefix or by parts: one
+    /// list per shard, each name in one of them (a kernel's millions are read on every core).
+    pub fn def_names(&self) -> Vec<impl Iterator<Item = (&str, &[At])> + Send> {
         self.shards
             .iter()
-            .flat_map(|s| s.defs.iter().chain(s.constants.iter().flatten()))
-            .map(|(n, v)| (&**n, v.as_slice()))
+            .map(|s| s.defs.iter().chain(s.constants.iter().flatten()).map(|(n, v)| (&**n, v.as_slice())))
+            .collect()
     }
 
     /// Every renaming import of the workspace (an `impact` asks for thousands of names' aliases).
