@@ -34,7 +34,7 @@ pub use super::hit::{SearchHit, MAX_FILE_BYTES};
 use super::loc;
 use super::provisional::{self, IndexStats, ProvisionalFile};
 use super::tokenizer::{has_words, terms_query, words, CodeTokenizer};
-use super::tracked::tracked_files;
+use super::tracked::{stat_all, tracked_files};
 
 /// A search finding the last scan older than this starts another (in the background).
 /// `GM_RESCAN_MS` sets another interval (tests use a short one).
@@ -141,15 +141,19 @@ impl Scan {
     }
 }
 
-/// Stats every tracked file of `workspace` (files missing on disk are left out, so they count
-/// as removed). Runs on any thread.
+/// Stats every tracked file of `workspace`, on every core (files missing on disk are left
+/// out, so they count as removed). Runs on any thread.
 pub fn scan(workspace: &Path) -> Result<Scan, IndexError> {
     let started = Instant::now();
-    let files = tracked_files(workspace)?
+    let tracked = tracked_files(workspace)?;
+    let rels: Vec<&str> = tracked.iter().map(|f| f.rel.as_str()).collect();
+    let stats = stat_all(workspace, &rels);
+    let files = tracked
         .into_iter()
-        .filter_map(|f| {
-            let meta = std::fs::metadata(&f.path).ok().filter(std::fs::Metadata::is_file)?;
-            Some(Seen { rel: f.rel, path: f.path, size: meta.len(), mtime_ns: mtime_ns(&meta) })
+        .zip(stats)
+        .filter_map(|(f, stat)| {
+            let stat = stat.filter(|s| s.is_file)?;
+            Some(Seen { rel: f.rel, path: f.path, size: stat.len, mtime_ns: u128::from(stat.mtime_ns) })
         })
         .collect();
     Ok(Scan { files, took: started.elapsed() })

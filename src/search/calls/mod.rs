@@ -42,7 +42,7 @@ pub use answer::{
 };
 pub use facts::DefKind;
 
-use super::tracked::{tracked_files, Tracked};
+use super::tracked::{stat_all, tracked_files, Tracked};
 use crate::watch::{Changes, Subscription};
 use cache::{remove_stale_temporaries, Cached, Hash, Saved, Saver, Snapshot, Stamp, TreeStamp, CHECK_WHOLE_BELOW};
 use facts::FileFacts;
@@ -439,48 +439,6 @@ impl CallIndex {
             .ok_or_else(|| SymbolsError::Internal(format!("the {} parser could not read {rel}", lang.name)))?;
         Ok(answer::outline(&self.workspace, rel, &facts, offset, limit))
     }
-}
-
-/// Every file's stat (`None` for one that is gone), by path relative to `workspace`, on
-/// every core: the first call after a restart checks a whole tree (60,000 files of a kernel).
-/// Files are asked by directory (see [`gm_actors::sys::stat_names`]).
-fn stat_all(workspace: &std::path::Path, rels: &[String]) -> Vec<Option<FileStat>> {
-    // Grouped by the relative path's directory: hashing a `Path` walks its components.
-    let mut by_dir: rustc_hash::FxHashMap<&str, Vec<usize>> = Default::default();
-    for (i, rel) in rels.iter().enumerate() {
-        by_dir.entry(rel.rsplit_once('/').map_or("", |(dir, _)| dir)).or_default().push(i);
-    }
-    let dirs: Vec<(&str, Vec<usize>)> = by_dir.into_iter().collect();
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let found: Vec<Vec<(usize, FileStat)>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..threads)
-            .map(|_| {
-                scope.spawn(|| {
-                    let mut out = Vec::new();
-                    while let Some((dir, mine)) = dirs.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) {
-                        let names: Vec<&std::ffi::OsStr> = mine
-                            .iter()
-                            .map(|&i| {
-                                std::ffi::OsStr::new(rels[i].rsplit_once('/').map_or(rels[i].as_str(), |(_, n)| n))
-                            })
-                            .collect();
-                        let stats = gm_actors::sys::stat_names(&workspace.join(dir), &names);
-                        out.extend(mine.iter().zip(stats).filter_map(|(&i, s)| Some((i, s?))));
-                    }
-                    out
-                })
-            })
-            .collect();
-        // A thread that panicked leaves its files out: they count as gone, and are parsed
-        // again on the next call that finds them.
-        handles.into_iter().filter_map(|h| h.join().ok()).collect()
-    });
-    let mut out = vec![None; rels.len()];
-    for (i, stat) in found.into_iter().flatten() {
-        out[i] = Some(stat);
-    }
-    out
 }
 
 /// Reads and parses files on every core; returns what each read found.
