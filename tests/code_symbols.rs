@@ -251,3 +251,29 @@ fn the_code_verbs_answer_inside_a_run_code_body() {
         })
     );
 }
+
+#[test]
+fn a_query_over_many_names_in_a_run_code_body_finds_every_match_once() {
+    // More names than one batch of the parallel match, spread over every shard, through the
+    // default surface.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src: String =
+        (0..500).map(|i| format!("def item_{i}():\n    pass\n\ndef other_{i}_thing():\n    pass\n\n")).collect();
+    write(dir.path(), "lib/many.py", &src);
+    let mut gm = Gm::start_in(dir.path(), &[], &[]);
+    gm.ready();
+    let r = gm.js("const p = await gm.symbols({ query: 'item_4', limit: 1000 });
+         const w = await gm.symbols({ query: 'thing other', limit: 1000 });
+         return { prefix: p.symbols.map(s => s.name + ' ' + s.match), parts: w.total,
+                  partNames: new Set(w.symbols.map(s => s.name)).size };");
+    let prefix: Vec<&str> = r["prefix"].as_array().expect("prefix").iter().filter_map(Value::as_str).collect();
+    // item_4 itself, then item_40..49 and item_400..499 by prefix, then every other item_ by
+    // its word `item` (the number is no word); each once.
+    assert_eq!(prefix.len(), 500, "{r}");
+    assert_eq!(prefix[0], "item_4 exact", "{r}");
+    assert!(prefix[1..111].iter().all(|s| s.ends_with(" prefix")), "{r}");
+    assert!(prefix[111..].iter().all(|s| s.ends_with(" parts")), "{r}");
+    let distinct: std::collections::BTreeSet<&str> = prefix.iter().copied().collect();
+    assert_eq!(distinct.len(), 500, "{r}");
+    assert_eq!((r["parts"].as_u64(), r["partNames"].as_u64()), (Some(500), Some(500)), "{r}");
+}

@@ -37,8 +37,12 @@ pub fn git_dir(start: &Path) -> Option<PathBuf> {
 }
 
 /// `gitdir: <path>` in a `.git` file; a relative path is relative to the file's directory.
+/// Only the file's start is read: a workspace may hold a `.git` file of any size.
 fn linked(dir: &Path, file: &Path) -> Option<PathBuf> {
-    let text = std::fs::read_to_string(file).ok()?;
+    use std::io::Read;
+    let mut start = Vec::new();
+    std::fs::File::open(file).ok()?.take(4096).read_to_end(&mut start).ok()?;
+    let text = String::from_utf8_lossy(&start);
     let target = text.lines().next()?.strip_prefix("gitdir:")?.trim();
     if target.is_empty() {
         return None;
@@ -116,5 +120,12 @@ mod tests {
         }
         assert!(git_dir(&wt_dir).is_some_and(|d| d.join("commondir").exists()), "a worktree's own git directory");
         assert_eq!(git_dir(&plain), None);
+        // A `.git` file far larger than any link, naming nothing: only its start is read.
+        let big = root.path().join("big");
+        std::fs::create_dir_all(&big).expect("mkdir");
+        let mut text = "gitdir: ".to_owned();
+        text.push_str(&"x".repeat(8 << 20));
+        std::fs::write(big.join(".git"), text).expect("write");
+        assert_eq!(git_dir(&big), None);
     }
 }
