@@ -268,6 +268,7 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
                 notes: Vec::new(),
                 stateless: false,
                 pipes: false,
+                direct: false,
             };
             let out = StdoutWriter::default().start().recipient();
             let server = worker

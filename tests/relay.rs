@@ -464,3 +464,97 @@ fn initialize_is_answered_while_the_worker_starts_and_the_session_is_initialized
         (Some("early"), Some("2025-06-18"))
     );
 }
+
+/// The inode of the pipe or socket behind a descriptor link in /proc (`pipe:[123]`).
+fn link_inode(link: &Path) -> Option<u64> {
+    let target = std::fs::read_link(link).ok()?;
+    let text = target.to_str()?;
+    let inner = text.strip_prefix("pipe:[").or_else(|| text.strip_prefix("socket:["))?;
+    inner.strip_suffix(']')?.parse().ok()
+}
+
+#[test]
+fn the_worker_reads_and_writes_the_hosts_own_stdin_and_answers_each_call_once_across_deaths() {
+    let (mut gm, stdin) = Gm::start_with_own_pipe(&[]);
+    gm.ready();
+    let worker = worker_pid(&gm.log_path(), 0);
+    // The host's stdin pipe is open in the worker itself: no process stands between them.
+    // SAFETY: fstat(2) into a zeroed stat we own, on a descriptor we own.
+    let host_pipe = unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        assert_eq!(libc::fstat(std::os::fd::AsRawFd::as_raw_fd(&stdin), &mut st), 0);
+        st.st_ino
+    };
+    let held: Vec<u64> = std::fs::read_dir(format!("/proc/{worker}/fd"))
+        .expect("the worker's descriptors")
+        .filter_map(|e| link_inode(&e.ok()?.path()))
+        .collect();
+    assert!(held.contains(&host_pipe), "the worker holds the host's stdin pipe {host_pipe}: {held:?}");
+    let opened = gm.events_of("session");
+    assert_eq!(opened[0]["direct"], true, "{opened:?}");
+    // Big answers (the relay writes them) and small ones (the worker does) in one burst.
+    for round in 0..3 {
+        let ids: Vec<i64> = (0..40).map(|n| 100 * (round + 1) + n).collect();
+        for id in &ids {
+            let code = if id % 4 == 0 { "return 'x'.repeat(20000);" } else { "return 'small';" };
+            gm.send(&json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": { "name": "run_code", "arguments": { "code": code } } }));
+        }
+        let mut answered = std::collections::HashSet::new();
+        while answered.len() < ids.len() {
+            let reply = gm.recv(TIMEOUT).expect("every call is answered");
+            let id = reply["id"].as_i64().expect("an id");
+            assert!(ids.contains(&id) && answered.insert(id), "one answer per call: {reply}");
+            let expected = if id % 4 == 0 { 20000 } else { 5 };
+            assert_eq!(reply["result"]["structuredContent"]["result"].as_str().map(str::len), Some(expected));
+        }
+        race_a_death(&mut gm, round as usize, 10_000 * (round + 1), libc::SIGKILL);
+    }
+    gm.close_stdin();
+    assert_eq!(gm.wait_exit(TIMEOUT).and_then(|s| s.code()), Some(0));
+}
+
+#[test]
+fn a_worker_that_does_not_take_the_hosts_stdio_is_relayed_and_its_death_survived() {
+    // GM_WORKER_DIRECT=0: the worker acts as a build from before direct sessions.
+    let mut gm = Gm::start_in_temp(&[], &[("GM_WORKER_DIRECT", "0")]);
+    gm.ready();
+    assert_eq!(gm.js("return 6 * 7;"), 42);
+    let opened = gm.events_of("session");
+    assert_eq!(opened[0]["direct"], Value::Null, "{opened:?}");
+    for death in 0..2 {
+        race_a_death(&mut gm, death, 1000 * (death as i64 + 1), libc::SIGKILL);
+    }
+    gm.close_stdin();
+    assert_eq!(gm.wait_exit(TIMEOUT).and_then(|s| s.code()), Some(0));
+}
+
+#[test]
+fn calls_racing_the_death_of_the_worker_each_get_one_answer_through_the_classic_relay() {
+    for round in 0..3 {
+        let mut gm = Gm::start_in_temp(&[], &[("GM_RELAY_DIRECT", "0")]);
+        gm.ready();
+        assert_eq!(gm.events_of("session")[0]["direct"], Value::Null);
+        for death in 0..3 {
+            race_a_death(&mut gm, death, 1000 * (round * 3 + death as i64 + 1), libc::SIGKILL);
+        }
+    }
+}
+
+#[test]
+fn a_worker_stopped_by_a_signal_is_followed_by_a_new_one_and_the_host_stays_connected() {
+    let mut gm = Gm::start(&[]);
+    gm.ready();
+    let first = worker_pid(&gm.log_path(), 0);
+    // SAFETY: kill(2) on a worker pid read from the log.
+    assert_eq!(unsafe { libc::kill(first as i32, libc::SIGTERM) }, 0);
+    let deadline = Instant::now() + TIMEOUT;
+    while gm.events_of("stop").is_empty() {
+        assert!(Instant::now() < deadline, "the worker never logged its stop");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Its session ended with it, but not the host's: the relay finds the next worker.
+    assert_eq!(ok_after_a_death(&mut gm, "run_code", json!({ "code": "return 7;" }))["result"], 7);
+    assert_ne!(worker_pid(&gm.log_path(), 1), first);
+    gm.close_stdin();
+    assert_eq!(gm.wait_exit(TIMEOUT).and_then(|s| s.code()), Some(0));
+}

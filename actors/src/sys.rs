@@ -146,6 +146,249 @@ pub fn read_exact_at(file: &std::fs::File, mut buf: &mut [u8], mut offset: u64) 
     Ok(())
 }
 
+/// Writes all of `buf` at `offset` without moving the file's cursor.
+pub fn write_all_at(file: &std::fs::File, buf: &[u8], offset: u64) -> std::io::Result<()> {
+    #[cfg(unix)]
+    return std::os::unix::fs::FileExt::write_all_at(file, buf, offset);
+    #[cfg(windows)]
+    {
+        let (mut buf, mut offset) = (buf, offset);
+        while !buf.is_empty() {
+            let n = std::os::windows::fs::FileExt::seek_write(file, buf, offset)?;
+            buf = &buf[n..];
+            offset += n as u64;
+        }
+        Ok(())
+    }
+}
+
+/// A file that lives in memory only, shared with another process by passing its descriptor
+/// (closed on exec). Outlives whichever holder dies first.
+#[cfg(target_os = "linux")]
+pub fn memory_file(name: &std::ffi::CStr) -> std::io::Result<std::fs::File> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: memfd_create(2) with a NUL-terminated name; the descriptor is owned once below.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: just opened, owned by nothing else.
+    Ok(unsafe { std::fs::File::from_raw_fd(fd) })
+}
+
+/// Whether `fd` is a pipe or a socket: what a worker can read and write in a host's place
+/// (a terminal or a file cannot be polled as a stream, or peeked).
+pub fn is_pipe_or_socket(fd: std::os::fd::BorrowedFd<'_>) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: fstat writes into the zeroed stat we own.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return false;
+    }
+    matches!(st.st_mode & libc::S_IFMT, libc::S_IFIFO | libc::S_IFSOCK)
+}
+
+/// Whether `fd` is a socket (else a pipe, by [`is_pipe_or_socket`]).
+fn is_socket(fd: std::os::fd::RawFd) -> bool {
+    // SAFETY: as in is_pipe_or_socket.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    (unsafe { libc::fstat(fd, &mut st) } == 0) && st.st_mode & libc::S_IFMT == libc::S_IFSOCK
+}
+
+/// Whether `fd` is a socket.
+pub fn is_socket_fd(fd: std::os::fd::BorrowedFd<'_>) -> bool {
+    use std::os::fd::AsRawFd;
+    is_socket(fd.as_raw_fd())
+}
+
+/// Makes `fd` blocking again (a worker that read a host's stdin made it non-blocking, and
+/// the flag belongs to the open file, which the relay shares).
+pub fn set_blocking(fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: fcntl(2) on a descriptor we hold.
+    let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
+    // SAFETY: as above.
+    if flags < 0 || unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Waits until `input` has something to read (or is closed) or `stop` has: true for the
+/// first, false once `stop` has (it wins when both have).
+pub fn wait_either(input: std::os::fd::RawFd, stop: std::os::fd::RawFd) -> std::io::Result<bool> {
+    let mut fds = [
+        libc::pollfd { fd: input, events: libc::POLLIN, revents: 0 },
+        libc::pollfd { fd: stop, events: libc::POLLIN, revents: 0 },
+    ];
+    loop {
+        // SAFETY: poll(2) on two pollfds we own.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if fds[1].revents != 0 {
+            return Ok(false);
+        }
+        if fds[0].revents != 0 {
+            return Ok(true);
+        }
+    }
+}
+
+/// Copies up to `buf.len()` bytes waiting on `fd` (a pipe or a socket) into `buf` without
+/// taking them: a pipe's are duplicated with tee(2) into `scratch` (an empty pipe: its read
+/// end, its write end) and read from there, a socket's read with MSG_PEEK. Never waits:
+/// nothing there is `WouldBlock`; `Ok(0)` is the end (the writers closed and nothing is left).
+pub fn peek_input(
+    fd: std::os::fd::BorrowedFd<'_>,
+    scratch: Option<(std::os::fd::BorrowedFd<'_>, std::os::fd::BorrowedFd<'_>)>,
+    buf: &mut [u8],
+) -> std::io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    let Some((scratch_r, scratch_w)) = scratch else {
+        // SAFETY: recv(2) into a buffer we hold, of its length.
+        let n = unsafe {
+            libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_PEEK | libc::MSG_DONTWAIT)
+        };
+        return usize::try_from(n).map_err(|_| std::io::Error::last_os_error());
+    };
+    // SAFETY: tee(2) between two pipes we hold; it copies references to the pages only.
+    let n = unsafe { libc::tee(fd.as_raw_fd(), scratch_w.as_raw_fd(), buf.len(), libc::SPLICE_F_NONBLOCK) };
+    let n = usize::try_from(n).map_err(|_| std::io::Error::last_os_error())?;
+    let mut got = 0;
+    while got < n {
+        // SAFETY: read(2) into the rest of a buffer we hold; the scratch pipe holds exactly
+        // the `n` bytes tee put there.
+        let r = unsafe { libc::read(scratch_r.as_raw_fd(), buf[got..n].as_mut_ptr().cast(), n - got) };
+        match usize::try_from(r) {
+            Ok(0) => break,
+            Ok(r) => got += r,
+            Err(_) => {
+                let e = std::io::Error::last_os_error();
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    Ok(got)
+}
+
+/// Moves up to `len` bytes from the pipe `from` to `to` (a pipe or a socket) with splice(2),
+/// without waiting: a full `to` is `WouldBlock`. A pipe's page moves whole or not at all.
+pub fn splice_out(
+    from: std::os::fd::BorrowedFd<'_>,
+    to: std::os::fd::BorrowedFd<'_>,
+    len: usize,
+) -> std::io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: splice(2) between two descriptors we hold, no offsets.
+    let n = unsafe {
+        libc::splice(
+            from.as_raw_fd(),
+            std::ptr::null_mut(),
+            to.as_raw_fd(),
+            std::ptr::null_mut(),
+            len,
+            libc::SPLICE_F_NONBLOCK | libc::SPLICE_F_MOVE,
+        )
+    };
+    usize::try_from(n).map_err(|_| std::io::Error::last_os_error())
+}
+
+/// Writes `buf` to `fd` once, without waiting; returns how much went.
+pub fn write_once(fd: std::os::fd::BorrowedFd<'_>, buf: &[u8]) -> std::io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: write(2) from a buffer we hold, of its length.
+    let n = unsafe { libc::write(fd.as_raw_fd(), buf.as_ptr().cast(), buf.len()) };
+    usize::try_from(n).map_err(|_| std::io::Error::last_os_error())
+}
+
+/// Reads what is waiting on `fd` (non-blocking) into `out`, until nothing is left.
+pub fn drain(fd: std::os::fd::BorrowedFd<'_>, out: &mut Vec<u8>) {
+    use std::os::fd::AsRawFd;
+    let mut buf = [0u8; 16 << 10];
+    loop {
+        // SAFETY: read(2) into a buffer we hold, of its length.
+        let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        match usize::try_from(n) {
+            Ok(0) => return,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(_) if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return,
+        }
+    }
+}
+
+/// A pipe whose ends never block, for [`peek_input`]'s copies: (read end, write end).
+pub fn scratch_pipe() -> std::io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0; 2];
+    // SAFETY: pipe2(2) fills two descriptors, each owned once below.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both were just opened and are owned by nothing else.
+    Ok(unsafe { (std::os::fd::OwnedFd::from_raw_fd(fds[0]), std::os::fd::OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Reads and drops exactly `n` bytes waiting on `fd` (seen by [`peek_input`] first, so they
+/// are there and the reads do not wait), through `sink`.
+pub fn take_input(fd: std::os::fd::BorrowedFd<'_>, mut n: usize, sink: &mut [u8]) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    while n > 0 {
+        let len = n.min(sink.len());
+        // SAFETY: read(2) into a buffer we hold, at most its length.
+        let r = unsafe { libc::read(fd.as_raw_fd(), sink.as_mut_ptr().cast(), len) };
+        match usize::try_from(r) {
+            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            Ok(r) => n -= r,
+            Err(_) => {
+                let e = std::io::Error::last_os_error();
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Writes all of `buf` to `fd`, which may be non-blocking (a host's stdout a worker also
+/// writes to): a full pipe is waited for.
+pub fn write_all_fd(fd: std::os::fd::BorrowedFd<'_>, mut buf: &[u8]) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    while !buf.is_empty() {
+        // SAFETY: write(2) from a buffer we hold, of its length.
+        let n = unsafe { libc::write(fd.as_raw_fd(), buf.as_ptr().cast(), buf.len()) };
+        match usize::try_from(n) {
+            Ok(n) => buf = &buf[n..],
+            Err(_) => {
+                let e = std::io::Error::last_os_error();
+                match e.kind() {
+                    std::io::ErrorKind::Interrupted => {}
+                    std::io::ErrorKind::WouldBlock => {
+                        let mut pfd = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLOUT, revents: 0 };
+                        // SAFETY: poll(2) on one pollfd we own.
+                        unsafe { libc::poll(&mut pfd, 1, 1000) };
+                    }
+                    _ => return Err(e),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A write of at most this many bytes to a pipe is all or nothing (POSIX PIPE_BUF); to a
+/// Unix socket too (one buffer of its own).
+pub const ATOMIC_WRITE: usize = 4096;
+
 /// Whether anyone may execute the file (a script without an extension); false where the OS
 /// keeps no such bit.
 pub fn is_executable(meta: &std::fs::Metadata) -> bool {
@@ -774,6 +1017,12 @@ pub mod local {
             Ok(Self { fd })
         }
 
+        /// As [`Writer::new`], leaving the descriptor's flags as they are (a host's stdout,
+        /// written with calls that say for themselves that they must not wait).
+        pub fn as_is(fd: OwnedFd) -> Self {
+            Self { fd }
+        }
+
         /// Writes what the socket or pipe takes now, without waiting (`WouldBlock` when it is
         /// full). A gone reader is EPIPE: the process ignores SIGPIPE (Rust's runtime does).
         pub fn try_write(&self, buf: &[u8]) -> std::io::Result<usize> {
@@ -794,6 +1043,51 @@ pub mod local {
         }
     }
 
+    /// A host's stdin as a worker reads it in its relay's place (a pipe or a socket): what is
+    /// waiting is copied first ([`HostInput::peek`]) and taken only once the worker has
+    /// recorded it ([`HostInput::take`]), so a worker killed in between leaves it where it was.
+    pub struct HostInput {
+        fd: AsyncFd<OwnedFd>,
+        /// An empty pipe for tee(2)'s copies; `None` for a socket (MSG_PEEK).
+        scratch: Option<(OwnedFd, OwnedFd)>,
+        sink: Vec<u8>,
+    }
+
+    impl HostInput {
+        pub fn new(fd: OwnedFd) -> std::io::Result<Self> {
+            if !super::is_pipe_or_socket(fd.as_fd()) {
+                return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "neither a pipe nor a socket"));
+            }
+            let scratch = if super::is_socket(fd.as_raw_fd()) { None } else { Some(super::scratch_pipe()?) };
+            // Left as the host made it (the flag belongs to the open file, which the host's
+            // other readers share): each read says for itself that it must not wait.
+            // SAFETY: the registration owns the descriptor, which stays open as long as it does.
+            let fd = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE)? };
+            Ok(Self { fd, scratch, sink: vec![0; 64 << 10] })
+        }
+
+        /// Waits for input and copies what is there (up to `buf.len()`) without taking it.
+        /// `Ok(0)` is the end. Readiness is never cleared by hand: a pipe's tee stops at 16 of
+        /// its writes, so a short copy does not mean it was drained.
+        pub async fn peek(&self, buf: &mut [u8]) -> std::io::Result<usize> {
+            loop {
+                let mut guard = self.fd.readable().await?;
+                let scratch = self.scratch.as_ref().map(|(r, w)| (r.as_fd(), w.as_fd()));
+                match guard.try_io(|fd| super::peek_input(fd.get_ref().as_fd(), scratch, buf)) {
+                    Ok(Ok(n)) => return Ok(n),
+                    Ok(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Ok(Err(e)) => return Err(e),
+                    Err(_would_block) => {}
+                }
+            }
+        }
+
+        /// Takes the first `n` bytes [`HostInput::peek`] copied.
+        pub fn take(&mut self, n: usize) -> std::io::Result<()> {
+            super::take_input(self.fd.get_ref().as_fd(), n, &mut self.sink)
+        }
+    }
+
     fn set_nonblocking(fd: &OwnedFd) -> std::io::Result<()> {
         // SAFETY: fcntl(2) on a descriptor we hold.
         let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
@@ -806,7 +1100,7 @@ pub mod local {
 
     /// One recvmsg(2): bytes into `buf`, descriptors that came with them into `fds`.
     fn recv_with_fds(fd: libc::c_int, buf: &mut [u8], fds: &mut Vec<OwnedFd>) -> std::io::Result<usize> {
-        const MAX_FDS: usize = 4;
+        const MAX_FDS: usize = 8;
         // SAFETY: CMSG_SPACE only computes a size.
         let space = unsafe { libc::CMSG_SPACE((MAX_FDS * std::mem::size_of::<libc::c_int>()) as u32) } as usize;
         let mut control = vec![0u64; space.div_ceil(8)];

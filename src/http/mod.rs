@@ -179,7 +179,7 @@ impl Front {
         }
         let me = self.me.upgrade().ok_or_else(|| OpenError::Connect("gm is stopping".into()))?;
         // Blocking: the start lock, perhaps a worker's start.
-        let joined = tokio::task::spawn_blocking(move || me.finder.connect(&hello, deaths, &|| {})).await;
+        let joined = tokio::task::spawn_blocking(move || me.finder.connect(&hello, deaths, &|| {}, None)).await;
         match joined {
             Ok(Ok(conn)) => Ok(conn),
             Ok(Err(ConnectError::Startup { message })) => Err(OpenError::Connect(message)),
@@ -327,6 +327,7 @@ async fn serve(
         notes: Vec::new(),
         stateless: false,
         pipes: false,
+        direct: false,
     };
     let hosts = if addr.ip().is_loopback() { Guard::loopback_hosts(bound) } else { Vec::new() };
     let timeline = Events::new(page::TIMELINE_KEEP, page::MAX_PAGES);

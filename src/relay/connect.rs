@@ -34,7 +34,14 @@ pub struct Connection {
     pub worker: Build,
     /// What this relay asked that the running worker does otherwise.
     pub differs: Vec<String>,
+    /// The worker took the host's stdio with the hello: the socket carries only the relay's
+    /// own lines (see `crate::worker::direct`).
+    pub direct: bool,
 }
+
+/// Makes the descriptors a direct hello brings (the host's stdin and stdout, the journal),
+/// just before it is said.
+pub type DirectFds<'a> = &'a dyn Fn() -> std::io::Result<Vec<std::os::fd::OwnedFd>>;
 
 #[derive(Debug)]
 pub enum ConnectError {
@@ -115,7 +122,14 @@ impl Finder {
     /// Connects to the worker, starting one when none listens, and says hello as `hello`.
     /// `restarts`: the deaths of the last minute, for the new worker's start event.
     /// `before_start` runs just before a worker is started, if one is.
-    pub fn connect(&self, hello: &Hello, restarts: usize, before_start: &dyn Fn()) -> Result<Connection, ConnectError> {
+    /// `direct_fds` makes the descriptors of a hello that asks for `direct`.
+    pub fn connect(
+        &self,
+        hello: &Hello,
+        restarts: usize,
+        before_start: &dyn Fn(),
+        direct_fds: Option<DirectFds<'_>>,
+    ) -> Result<Connection, ConnectError> {
         std::fs::create_dir_all(&self.files.state_dir)
             .map_err(|e| ConnectError::Other(format!("cannot make {}: {e}", self.files.state_dir.display())))?;
         // The folder ignores itself from the start (the worker would see to it too, later).
@@ -127,23 +141,23 @@ impl Finder {
         let _lock = sys::lock_file(&self.files.start_lock, true)
             .map_err(|e| ConnectError::Other(format!("cannot lock {}: {e}", self.files.start_lock.display())))?;
         if let Ok(stream) = UnixStream::connect(&socket) {
-            return handshake(stream, hello);
+            return handshake(stream, hello, direct_fds);
         }
         // A worker whose starter went away before it listened (a host killed while gm
         // started) is still starting: wait for it rather than start a second one, which
         // would refuse.
         if let Some(stream) = wait_for_starting(&socket, &self.files.life_lock) {
-            return handshake(stream, hello);
+            return handshake(stream, hello, direct_fds);
         }
         before_start();
         let pid = match self.start_worker(restarts, &socket) {
             Ok(Started::Ours(pid)) => pid,
-            Ok(Started::Theirs(stream)) => return handshake(stream, hello),
+            Ok(Started::Theirs(stream)) => return handshake(stream, hello, direct_fds),
             // Ours refused because another took the workspace as ours started (one whose
             // starter went away just before it locked): that one is joined.
             Err(e @ ConnectError::Startup { .. }) => {
                 return match wait_for_starting(&socket, &self.files.life_lock) {
-                    Some(stream) => handshake(stream, hello),
+                    Some(stream) => handshake(stream, hello, direct_fds),
                     None => Err(e),
                 };
             }
@@ -153,7 +167,7 @@ impl Finder {
             .map_err(|e| {
                 ConnectError::Other(format!("the worker (pid {pid}) said it was ready but its socket refuses: {e}"))
             })
-            .and_then(|stream| handshake(stream, hello));
+            .and_then(|stream| handshake(stream, hello, direct_fds));
         if connected.is_err() && !sys::process_exists(pid) {
             // It died as it started: its end is recorded before anyone counts the deaths.
             let _ = self.reaped.cause(pid, Duration::from_secs(10));
@@ -315,11 +329,16 @@ fn holder_pid(life_lock: &std::path::Path) -> Option<u32> {
 /// Says hello and reads the answer. A hello that asks for pipes brings them: the worker
 /// keeps its ends, this side the others, and the socket is done with once the welcome says
 /// the worker took them.
-fn handshake(stream: UnixStream, hello: &Hello) -> Result<Connection, ConnectError> {
+fn handshake(stream: UnixStream, hello: &Hello, direct_fds: Option<DirectFds<'_>>) -> Result<Connection, ConnectError> {
     let io = |e: std::io::Error| ConnectError::Other(format!("the worker's socket: {e}"));
     let mut line = serde_json::to_vec(&First::Hello(hello.clone())).map_err(|e| ConnectError::Other(e.to_string()))?;
     line.push(b'\n');
-    let pipes = if hello.pipes {
+    let pipes = if let Some(fds) = direct_fds.filter(|_| hello.direct) {
+        let fds = fds().map_err(io)?;
+        let borrowed: Vec<_> = fds.iter().map(|fd| fd.as_fd()).collect();
+        local::send_with_fds(&stream, &line, &borrowed).map_err(io)?;
+        None
+    } else if hello.pipes {
         let (to_worker, to_worker_w) = local::pipe().map_err(io)?;
         let (from_worker, from_worker_w) = local::pipe().map_err(io)?;
         local::send_with_fds(&stream, &line, &[to_worker.as_fd(), from_worker_w.as_fd()]).map_err(io)?;
@@ -331,7 +350,9 @@ fn handshake(stream: UnixStream, hello: &Hello) -> Result<Connection, ConnectErr
         None
     };
     stream.set_read_timeout(Some(WELCOME_TIMEOUT)).map_err(io)?;
-    let mut reader = BufReader::with_capacity(1 << 16, stream);
+    // Kept as the session's reader when the socket carries it: a worker that took the host's
+    // stdio may write a line right behind its welcome, and it may be read with it.
+    let mut reader = BufReader::with_capacity(1 << 16, local::half_of(stream.try_clone().map_err(io)?));
     let mut answer = String::new();
     reader.read_line(&mut answer).map_err(io)?;
     let welcome = match serde_json::from_str::<Answer>(&answer) {
@@ -344,13 +365,11 @@ fn handshake(stream: UnixStream, hello: &Hello) -> Result<Connection, ConnectErr
         Some((from_worker, to_worker)) if welcome.pipes => (BufReader::with_capacity(1 << 16, from_worker), to_worker),
         // An older worker dropped the pipes unread: the socket carries the session.
         _ => {
-            let stream = reader.into_inner();
             stream.set_read_timeout(None).map_err(io)?;
-            let writer = stream.try_clone().map_err(io)?;
-            (BufReader::with_capacity(1 << 16, local::half_of(stream)), local::half_of(writer))
+            (reader, local::half_of(stream))
         }
     };
-    Ok(Connection { reader, writer, worker: welcome.worker, differs: welcome.differs })
+    Ok(Connection { reader, writer, worker: welcome.worker, differs: welcome.differs, direct: welcome.direct })
 }
 
 #[cfg(test)]
@@ -371,6 +390,7 @@ mod tests {
             notes: Vec::new(),
             stateless: false,
             pipes: true,
+            direct: false,
         }
     }
 
@@ -393,7 +413,7 @@ mod tests {
             reader.read_line(&mut line).expect("a session line");
             theirs.write_all(format!("echo {line}").as_bytes()).expect("echo");
         });
-        let mut conn = handshake(ours, &hello()).expect("welcomed");
+        let mut conn = handshake(ours, &hello(), None).expect("welcomed");
         conn.writer.write_all(b"ping\n").expect("write");
         let mut back = String::new();
         conn.reader.read_line(&mut back).expect("read");

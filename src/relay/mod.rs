@@ -15,6 +15,8 @@
 //! SIGINT, SIGTERM and SIGHUP.
 
 pub(crate) mod connect;
+mod direct;
+pub mod journal;
 mod lines;
 pub mod peek;
 mod rollback;
@@ -23,6 +25,7 @@ use gm_actors::sys::local::{self, Half};
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{BufReader, Write};
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -36,6 +39,7 @@ use crate::worker::exits::{self, Exit};
 use crate::worker::hello::{Build, Hello, WorkerSettings, PROTOCOL};
 use crate::worker::paths::Files;
 use connect::{ConnectError, Connection, Finder};
+use journal::{Call, Handshake, GATE_SKILL, OWN_ID_PREFIX};
 use lines::{LineReader, ReadLine};
 use peek::{id_key, Peek};
 
@@ -55,8 +59,6 @@ const MAX_ATTEMPTS: usize = 10;
 const FIRST_LINE_WAIT: Duration = Duration::from_millis(20);
 /// How long a relay ended by a signal waits for the worker to end its session.
 const SIGNAL_GRACE: Duration = Duration::from_millis(800);
-/// The skill whose read opens run_code's gate; replayed to a new worker.
-const GATE_SKILL: &str = "skill://gm/SKILL.md";
 /// Ids of the relay's own replayed calls; their answers never reach the host.
 const REPLAY_INIT_ID: &str = "\"gm-relay:initialize\"";
 const REPLAY_SKILL_ID: &str = "\"gm-relay:skill-read\"";
@@ -102,14 +104,13 @@ pub fn run(opts: RelayOptions) -> i32 {
         }
     }
     let relay = Arc::new(Relay::new(opts, workspace));
+    if relay.direct.is_some() {
+        return run_direct(relay);
+    }
     // The host's reader starts before the worker is reached: an `initialize` that arrives
     // while a worker starts is answered at once (see `answer_early`), and every other line
     // waits in `send_to_worker` for the connection.
-    let host = {
-        let relay = relay.clone();
-        std::thread::Builder::new().name("gm-relay-host".into()).spawn(move || relay.read_host())
-    };
-    let host = match host {
+    let host = match relay.clone().start_host_reader() {
         Ok(handle) => handle,
         Err(e) => {
             eprintln!("gm: cannot start the relay's reader: {e}");
@@ -148,6 +149,48 @@ pub fn run(opts: RelayOptions) -> i32 {
     }
 }
 
+/// `run` for a host whose stdio the worker can take (see [`direct`]).
+fn run_direct(relay: Arc<Relay>) -> i32 {
+    let Some(direct) = relay.direct.as_ref() else { return 1 };
+    if let Err(e) = direct.read_early(relay.clone()) {
+        eprintln!("gm: cannot start the relay's reader: {e}");
+        return 1;
+    }
+    let conn = match relay.connect_first() {
+        Ok(conn) => conn,
+        Err(e) => {
+            eprintln!("gm: {e}");
+            return 1;
+        }
+    };
+    for d in &conn.differs {
+        eprintln!("gm: the workspace's worker was already running; it keeps its own setting instead of {d}");
+    }
+    watch_stop_signals(relay.clone());
+    let ended = if conn.direct {
+        let Connection { reader, writer, worker, .. } = conn;
+        {
+            let mut pipe = lock(&relay.pipe);
+            pipe.writer = Some(writer);
+            pipe.connected = true;
+        }
+        relay.supervise_direct(direct, reader, worker.pid)
+    } else {
+        relay.carry(direct, conn)
+    };
+    match ended {
+        Ended::Exit(code) => code,
+        Ended::GaveUp => {
+            // Every later call is answered with the reason, until the host leaves.
+            if !relay.carried.load(Ordering::SeqCst) {
+                let _ = sys::set_blocking(std::io::stdin().as_fd());
+                relay.read_host();
+            }
+            1
+        }
+    }
+}
+
 /// How the supervisor ended.
 enum Ended {
     /// The host left or a signal ended the relay: exit with this code.
@@ -165,22 +208,6 @@ struct Pipe {
     dead: Option<String>,
     /// A worker has been reached once: from then on `initialize` goes to it.
     connected: bool,
-}
-
-/// What the host said to open the connection, to say again to a new worker.
-#[derive(Default)]
-struct Handshake {
-    initialize: Option<Vec<u8>>,
-    initialized: bool,
-    skill_read: bool,
-}
-
-/// A call sent to the worker and not answered yet.
-#[derive(Debug, Clone)]
-struct Call {
-    /// The id as the host wrote it, for the relay's own answer.
-    raw_id: String,
-    tool_call: bool,
 }
 
 /// Lines to write to the worker, with where each ends and the calls among them.
@@ -245,6 +272,10 @@ struct Relay {
     /// Set once the host's first line was dealt with (answered early, or waiting for the
     /// worker), or the host closed: see [`Relay::let_host_first`].
     first_line: (Mutex<bool>, std::sync::Condvar),
+    /// The host's stdio can be handed to the worker.
+    direct: Option<direct::Direct>,
+    /// The relay reads the host itself (never direct, or since a worker would not take it).
+    carried: AtomicBool,
 }
 
 /// A mutex whose holder panicked still guards sound data here (plain maps and handles).
@@ -271,7 +302,9 @@ impl Relay {
             notes: Vec::new(),
             stateless: false,
             pipes: true,
+            direct: false,
         };
+        let direct = direct::eligible().then(|| direct::Direct::new(opts.max_line_bytes));
         Relay {
             finder: Finder { files, exe: worker_exe(), serve_args: opts.serve_args, reaped: Default::default() },
             hello,
@@ -285,7 +318,13 @@ impl Relay {
             host_closed: AtomicBool::new(false),
             signalled: AtomicI32::new(0),
             first_line: (Mutex::new(false), std::sync::Condvar::new()),
+            carried: AtomicBool::new(direct.is_none()),
+            direct,
         }
+    }
+
+    fn start_host_reader(self: Arc<Self>) -> std::io::Result<std::thread::JoinHandle<()>> {
+        std::thread::Builder::new().name("gm-relay-host".into()).spawn(move || self.read_host())
     }
 
     /// Called just before this relay starts a worker. A host's `initialize` already waiting
@@ -338,7 +377,13 @@ impl Relay {
     fn connect(&self, restarts: usize) -> Result<Connection, ConnectError> {
         let mut hello = self.hello.clone();
         hello.notes = lock(&self.notes).clone();
-        match self.finder.connect(&hello, restarts, &|| self.let_host_first()) {
+        let direct = self.direct.as_ref().filter(|_| !self.carried.load(Ordering::SeqCst));
+        hello.direct = direct.is_some();
+        // A worker that does not know of direct sessions (an older build) then drops the
+        // descriptors and speaks on the socket; one asked for pipes too would refuse them.
+        hello.pipes &= !hello.direct;
+        let fds = || direct.map_or_else(|| Ok(Vec::new()), |d| d.hello_fds(self));
+        match self.finder.connect(&hello, restarts, &|| self.let_host_first(), Some(&fds)) {
             Ok(conn) => {
                 lock(&self.notes).clear();
                 lock(&self.failed_starts).clear();
@@ -536,24 +581,15 @@ impl Relay {
                 out.cancels.push(id_key(id));
             }
         }
-        let tool_call = peek.method.as_deref() == Some("tools/call");
         // An initialize the relay answered itself is nobody's call to answer again.
-        if let Some(id) = peek.id.filter(|id| peek.method.is_some() && id != EARLY_INIT_ID) {
-            out.calls.push((0, id_key(&id), Call { raw_id: id, tool_call }));
+        if let Some((key, call)) = journal::call_of(&peek) {
+            out.calls.push((0, key, call));
         }
     }
 
     fn note_handshake(&self, peek: &Peek, line: &[u8]) {
-        let Some(method) = peek.method.as_deref() else { return };
-        match method {
-            // A batch cannot hold an initialize (and the line would be the whole batch).
-            "initialize" if peek.id.is_some() && !Peek::is_batch(line) => {
-                let mut hs = lock(&self.handshake);
-                *hs = Handshake { initialize: Some(line.to_vec()), ..Handshake::default() };
-            }
-            "notifications/initialized" => lock(&self.handshake).initialized = true,
-            "resources/read" if peek.uri.as_deref() == Some(GATE_SKILL) => lock(&self.handshake).skill_read = true,
-            _ => {}
+        if peek.method.is_some() {
+            lock(&self.handshake).note(peek, line);
         }
     }
 
@@ -581,50 +617,61 @@ impl Relay {
                 "gm's worker stopped ({cause}) while this call was running, and was restarted; the call's effects may be partial: check before retrying"
             );
             self.answer_inflight("worker_restarted", &message);
-            let mut attempts = 0;
-            loop {
-                if let Some(code) = self.ending() {
-                    return Ended::Exit(code);
+            match self.reconnect(&mut pipe) {
+                Ok(conn) => {
+                    reader = conn.reader;
+                    worker = conn.worker;
+                    pipe.writer = Some(conn.writer);
+                    pipe.generation += 1;
                 }
-                let deaths = exits::deaths(&self.finder.files.exits, CRASH_WINDOW);
-                if deaths.len() >= MAX_CRASHES || attempts >= MAX_ATTEMPTS {
-                    let why = if deaths.len() >= MAX_CRASHES {
-                        self.gave_up_message(&deaths)
-                    } else {
-                        format!(
-                            "gm's worker could not be reached again after {attempts} attempts; the run log is {}; restart the MCP server to try again",
-                            self.finder.files.state_dir.join("log.jsonl").display()
-                        )
-                    };
-                    eprintln!("gm: {why}");
-                    self.answer_inflight("worker_failed", &why);
-                    pipe.dead = Some(why);
-                    return Ended::GaveUp;
-                }
-                std::thread::sleep(BACKOFF[deaths.len().min(BACKOFF.len() - 1)]);
-                match self.connect(deaths.len()) {
-                    Ok(mut conn) => match self.replay(&mut conn) {
-                        Ok(()) => {
-                            reader = conn.reader;
-                            worker = conn.worker;
-                            pipe.writer = Some(conn.writer);
-                            pipe.generation += 1;
-                            break;
-                        }
-                        Err(why) => {
-                            // That worker died too: its death counts before the next look.
-                            let cause = self.cause_of(conn.worker.pid);
-                            eprintln!("gm: {why} ({cause})");
-                            attempts += 1;
-                        }
-                    },
-                    // Recorded as a death by the finder: the deaths decide what follows.
-                    Err(ConnectError::Startup { message }) => eprintln!("gm: {message}"),
-                    Err(e) => {
-                        eprintln!("gm: {e}");
+                Err(ended) => return ended,
+            }
+        }
+    }
+
+    /// Finds a worker again after one died, within the workspace's allowance of deaths; the
+    /// host's handshake is replayed to it, unless it took the host's stdio (its journal
+    /// replays it). Gives up after [`MAX_CRASHES`] deaths in [`CRASH_WINDOW`] or
+    /// [`MAX_ATTEMPTS`] failures in a row, setting `pipe.dead`.
+    fn reconnect(&self, pipe: &mut MutexGuard<'_, Pipe>) -> Result<Connection, Ended> {
+        let mut attempts = 0;
+        loop {
+            if let Some(code) = self.ending() {
+                return Err(Ended::Exit(code));
+            }
+            let deaths = exits::deaths(&self.finder.files.exits, CRASH_WINDOW);
+            if deaths.len() >= MAX_CRASHES || attempts >= MAX_ATTEMPTS {
+                let why = if deaths.len() >= MAX_CRASHES {
+                    self.gave_up_message(&deaths)
+                } else {
+                    format!(
+                        "gm's worker could not be reached again after {attempts} attempts; the run log is {}; restart the MCP server to try again",
+                        self.finder.files.state_dir.join("log.jsonl").display()
+                    )
+                };
+                eprintln!("gm: {why}");
+                self.answer_inflight("worker_failed", &why);
+                pipe.dead = Some(why);
+                return Err(Ended::GaveUp);
+            }
+            std::thread::sleep(BACKOFF[deaths.len().min(BACKOFF.len() - 1)]);
+            match self.connect(deaths.len()) {
+                Ok(conn) if conn.direct => return Ok(conn),
+                Ok(mut conn) => match self.replay(&mut conn) {
+                    Ok(()) => return Ok(conn),
+                    Err(why) => {
+                        // That worker died too: its death counts before the next look.
+                        let cause = self.cause_of(conn.worker.pid);
+                        eprintln!("gm: {why} ({cause})");
                         attempts += 1;
-                        std::thread::sleep(Duration::from_millis(200));
                     }
+                },
+                // Recorded as a death by the finder: the deaths decide what follows.
+                Err(ConnectError::Startup { message }) => eprintln!("gm: {message}"),
+                Err(e) => {
+                    eprintln!("gm: {e}");
+                    attempts += 1;
+                    std::thread::sleep(Duration::from_millis(200));
                 }
             }
         }
@@ -731,8 +778,8 @@ impl Relay {
             } else {
                 let peek = Peek::of(&line);
                 if let (true, Some(id)) = (peek.response, &peek.id) {
-                    if id == EARLY_INIT_ID {
-                        // The host had its answer from the relay.
+                    if id.starts_with(OWN_ID_PREFIX) {
+                        // The host had its answer from the relay, or never asked.
                         continue;
                     }
                     lock(&self.inflight).remove(&id_key(id));
@@ -796,9 +843,11 @@ impl Relay {
         if line.is_empty() {
             return;
         }
-        let mut out = lock(&self.host_out);
-        // A host that stopped reading is gone; its stdin closing ends the relay.
-        let _ = out.write_all(line).and_then(|()| out.flush());
+        let out = lock(&self.host_out);
+        // A host that stopped reading is gone; its stdin closing ends the relay. Written
+        // unbuffered and waiting on a full pipe: a worker that wrote it directly left it
+        // non-blocking.
+        let _ = sys::write_all_fd(out.as_fd(), line);
     }
 
     /// A signal ends this session (not the worker, which other sessions may share): the

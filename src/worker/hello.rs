@@ -49,6 +49,12 @@ pub struct Hello {
     /// does not know of them (an older build) drops them and answers on the socket.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub pipes: bool,
+    /// The hello came with the host's own stdin and stdout and the session's journal
+    /// (`crate::relay::journal`): the worker reads and writes the host itself, with no relay
+    /// between them (see `crate::worker::direct`). A worker that does not know of it (an older
+    /// build) drops them and answers on the socket.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub direct: bool,
 }
 
 /// A gm process: its pid, version and binary.
@@ -95,4 +101,7 @@ pub struct Welcome {
     /// The session's lines go over the pipes that came with the hello from now on.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub pipes: bool,
+    /// The worker reads and writes the host's stdio that came with the hello from now on.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub direct: bool,
 }

@@ -14,6 +14,7 @@
 //! - [`exits`]: how workers ended, for the relays' five-deaths rule.
 //! - [`status`]: `gm status`, the client side.
 
+pub mod direct;
 pub mod exits;
 pub mod hello;
 pub mod paths;
@@ -221,6 +222,8 @@ impl Worker {
                 json!({
                     "state": "opened",
                     "transport": if stdio { "stdio" } else if hello.stateless { "stateless" } else { "relay" },
+                    // The worker reads and writes the host's own stdin and stdout.
+                    "direct": hello.direct.then_some(true),
                     "relay": (!stdio).then_some(&hello.relay),
                     "surface": surface.as_str(),
                     "runOpened": { "how": how, "fromSession": from, "step": step },
@@ -327,7 +330,11 @@ impl Worker {
                     );
                     send_answer(&writer, &Answer::Refused { why });
                 }
-                Some(First::Hello(hello)) => {
+                Some(First::Hello(mut hello)) => {
+                    // As a build from before direct sessions would: the fds are dropped unread
+                    // and the session stays on the socket (`GM_WORKER_DIRECT=0`, for tests and
+                    // diagnosis).
+                    hello.direct &= std::env::var_os("GM_WORKER_DIRECT").is_none_or(|v| v != "0");
                     let session = match session_io(&hello, fds, lines, &writer) {
                         Ok(io) => io,
                         Err(why) => {
@@ -336,20 +343,45 @@ impl Worker {
                             return;
                         }
                     };
-                    let max_line = hello.max_line_bytes;
                     let differs = act.differences(&hello.worker);
-                    let SessionIo { mut lines, out, probe, pipes } = session;
-                    match act.open_session(hello, out.recipient(), probe, ctx) {
+                    let SessionIo { lines, out, probe, pipes, control } = session;
+                    let direct = control.is_some();
+                    match act.open_session(hello, out, probe, ctx) {
                         Ok(server) => {
-                            let welcome =
-                                Welcome { protocol: hello::PROTOCOL, worker: act.build.clone(), differs, pipes };
+                            let welcome = Welcome {
+                                protocol: hello::PROTOCOL,
+                                worker: act.build.clone(),
+                                differs,
+                                pipes,
+                                direct,
+                            };
                             send_answer(&writer, &Answer::Welcome(welcome));
-                            lines.set_max_line(max_line);
-                            actix::spawn(async move {
-                                while let Some(message) = lines.next().await {
-                                    server.do_send(message);
-                                }
-                            });
+                            let reader = {
+                                let server = server.clone();
+                                actix::spawn(async move {
+                                    match lines {
+                                        SessionLines::Socket(mut lines) => {
+                                            while let Some(message) = lines.next().await {
+                                                server.do_send(message);
+                                            }
+                                        }
+                                        SessionLines::Direct(mut lines) => {
+                                            while let Some(message) = lines.next().await {
+                                                server.do_send(message);
+                                            }
+                                        }
+                                    }
+                                })
+                            };
+                            if let Some((control, direct_writer)) = control {
+                                let host_lines = reader.abort_handle();
+                                actix::spawn(direct::read_relay(
+                                    control,
+                                    direct_writer.downgrade(),
+                                    server.recipient(),
+                                    host_lines,
+                                ));
+                            }
                         }
                         Err(why) => send_answer(&writer, &Answer::Refused { why }),
                     }
@@ -500,13 +532,22 @@ impl Worker {
     }
 }
 
-/// Where a session's lines come from and go to: the pipes its hello brought, or the socket.
+/// Where a session's lines come from.
+enum SessionLines {
+    Socket(SocketLines),
+    Direct(direct::DirectLines),
+}
+
+/// Where a session's lines come from and go to: the host's own stdio, the pipes its hello
+/// brought, or the socket.
 struct SessionIo {
-    lines: SocketLines,
-    out: Addr<SocketWriter>,
+    lines: SessionLines,
+    out: Recipient<SendLine>,
     /// A copy of what the session is read from, to ask whether the relay left.
     probe: Option<std::os::fd::OwnedFd>,
     pipes: bool,
+    /// A direct session: the relay's lines on the socket, and the host's writer they concern.
+    control: Option<(SocketLines, Addr<direct::DirectWriter>)>,
 }
 
 fn session_io(
@@ -515,10 +556,35 @@ fn session_io(
     socket_lines: SocketLines,
     socket_out: &Addr<SocketWriter>,
 ) -> Result<SessionIo, String> {
+    if hello.direct {
+        if socket_lines.holds_more() {
+            return Err("lines followed a direct hello".into());
+        }
+        let probe = socket_lines.probe().map_err(|e| format!("the session's socket: {e}"))?;
+        let socket_end = socket_lines.probe().map_err(|e| format!("the session's socket: {e}"))?;
+        let mut control = socket_lines;
+        control.set_max_line(hello.max_line_bytes);
+        let io = direct::open(fds, hello.max_line_bytes, socket_out.clone(), local::Half::from(socket_end))?;
+        return Ok(SessionIo {
+            lines: SessionLines::Direct(io.lines),
+            out: io.out.clone().recipient(),
+            probe: Some(probe),
+            pipes: false,
+            control: Some((control, io.out)),
+        });
+    }
     if !hello.pipes {
         // Descriptors nobody asked for are closed here (dropped with `fds`).
         let probe = socket_lines.probe().ok();
-        return Ok(SessionIo { lines: socket_lines, out: socket_out.clone(), probe, pipes: false });
+        let mut lines = socket_lines;
+        lines.set_max_line(hello.max_line_bytes);
+        return Ok(SessionIo {
+            lines: SessionLines::Socket(lines),
+            out: socket_out.clone().recipient(),
+            probe,
+            pipes: false,
+            control: None,
+        });
     }
     // Nothing may follow a hello that brought pipes: the session speaks on them.
     let [from_relay, to_relay]: [std::os::fd::OwnedFd; 2] =
@@ -530,7 +596,13 @@ fn session_io(
     let read = local::Reader::new(from_relay).map_err(io)?;
     let probe = read.probe().ok();
     let out = SocketWriter::new(local::Writer::new(to_relay).map_err(io)?, QUEUE_LIMIT).start();
-    Ok(SessionIo { lines: SocketLines::new(read, HELLO_MAX), out, probe, pipes: true })
+    Ok(SessionIo {
+        lines: SessionLines::Socket(SocketLines::new(read, hello.max_line_bytes)),
+        out: out.recipient(),
+        probe,
+        pipes: true,
+        control: None,
+    })
 }
 
 fn send_answer(writer: &Addr<SocketWriter>, answer: &Answer) {

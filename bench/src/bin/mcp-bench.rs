@@ -325,6 +325,14 @@ fn main() {
     // (6) more sessions of the same workspace: each host's own relay, one worker.
     let sessions = measure_sessions(&gm_tools_in(&relayed_ws), &gm_env, &relayed_file, par, inflight, &mut s);
     drop(s);
+    // The relay as it was before a worker took the host's stdio (GM_RELAY_DIRECT=0): every
+    // line through the relay process, for the side by side.
+    let (classic_ws, classic_file) = workspace_copy(&file, "classic");
+    let classic_env = [gm_env[0], gm_env[1], ("GM_RELAY_DIRECT", std::path::Path::new("0"))];
+    let mut s = Server::spawn_env(&gm_tools_in(&classic_ws), &classic_env);
+    s.initialize();
+    let c = measure_calls(&mut s, "stat_file", &json!({ "path": classic_file }), seq, par, inflight);
+    drop(s);
     // The same server without the relay in front (`--no-relay`): what the relay costs.
     let (direct_ws, direct_file) = workspace_copy(&file, "direct");
     let mut gm_direct = gm_tools_in(&direct_ws);
@@ -352,6 +360,16 @@ fn main() {
         "relay calls/s / --no-relay",
         format!("{:.2}", g.calls_per_s / d.calls_per_s),
         json!(g.calls_per_s / d.calls_per_s),
+    );
+    record(
+        "classic relay (GM_RELAY_DIRECT=0) adds to p50 (µs)",
+        format!("{:.1}", c.p50_us - d.p50_us),
+        json!(c.p50_us - d.p50_us),
+    );
+    record(
+        "classic relay calls/s / --no-relay",
+        format!("{:.2}", c.calls_per_s / d.calls_per_s),
+        json!(c.calls_per_s / d.calls_per_s),
     );
     record("echo floor calls/s (64 in flight)", format!("{:.0}", e.calls_per_s), json!(e.calls_per_s));
     record(
