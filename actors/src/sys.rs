@@ -1050,6 +1050,10 @@ pub mod local {
         fd: AsyncFd<OwnedFd>,
         /// An empty pipe for tee(2)'s copies; `None` for a socket (MSG_PEEK).
         scratch: Option<(OwnedFd, OwnedFd)>,
+        /// A copy shorter than asked took all there was: true of a socket, and of a pipe whose
+        /// scratch holds as many writes as stdin can (tee copies whole writes, up to the
+        /// scratch's slots).
+        short_means_drained: bool,
         sink: Vec<u8>,
     }
 
@@ -1058,23 +1062,40 @@ pub mod local {
             if !super::is_pipe_or_socket(fd.as_fd()) {
                 return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "neither a pipe nor a socket"));
             }
-            let scratch = if super::is_socket(fd.as_raw_fd()) { None } else { Some(super::scratch_pipe()?) };
+            let (scratch, short_means_drained) = if super::is_socket(fd.as_raw_fd()) {
+                (None, true)
+            } else {
+                let scratch = super::scratch_pipe()?;
+                // SAFETY: fcntl(2) F_GETPIPE_SZ / F_SETPIPE_SZ on pipes we hold.
+                let fits = unsafe {
+                    let source = libc::fcntl(fd.as_raw_fd(), libc::F_GETPIPE_SZ);
+                    source > 0 && libc::fcntl(scratch.1.as_raw_fd(), libc::F_SETPIPE_SZ, source) >= source
+                };
+                (Some(scratch), fits)
+            };
             // Left as the host made it (the flag belongs to the open file, which the host's
             // other readers share): each read says for itself that it must not wait.
             // SAFETY: the registration owns the descriptor, which stays open as long as it does.
             let fd = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE)? };
-            Ok(Self { fd, scratch, sink: vec![0; 64 << 10] })
+            Ok(Self { fd, scratch, short_means_drained, sink: vec![0; 64 << 10] })
         }
 
         /// Waits for input and copies what is there (up to `buf.len()`) without taking it.
-        /// `Ok(0)` is the end. Readiness is never cleared by hand: a pipe's tee stops at 16 of
-        /// its writes, so a short copy does not mean it was drained.
+        /// `Ok(0)` is the end. A short copy that took all there was clears the readiness, so
+        /// the next call waits at once instead of copying nothing first (the caller takes what
+        /// it copied before it waits again; data that comes meanwhile sets it again: see
+        /// [`Reader::read`]).
         pub async fn peek(&self, buf: &mut [u8]) -> std::io::Result<usize> {
             loop {
                 let mut guard = self.fd.readable().await?;
                 let scratch = self.scratch.as_ref().map(|(r, w)| (r.as_fd(), w.as_fd()));
                 match guard.try_io(|fd| super::peek_input(fd.get_ref().as_fd(), scratch, buf)) {
-                    Ok(Ok(n)) => return Ok(n),
+                    Ok(Ok(n)) => {
+                        if n > 0 && n < buf.len() && self.short_means_drained {
+                            guard.clear_ready();
+                        }
+                        return Ok(n);
+                    }
                     Ok(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => {}
                     Ok(Err(e)) => return Err(e),
                     Err(_would_block) => {}
