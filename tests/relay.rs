@@ -492,6 +492,12 @@ fn the_worker_reads_and_writes_the_hosts_own_stdin_and_answers_each_call_once_ac
     assert!(held.contains(&host_pipe), "the worker holds the host's stdin pipe {host_pipe}: {held:?}");
     let opened = gm.events_of("session");
     assert_eq!(opened[0]["direct"], true, "{opened:?}");
+    // Nothing the worker starts inherits the host's pipes (a shell that kept the host's stdout
+    // open would hide the worker's death from it, and could write into the host's stream).
+    let listing = gm.js("return (await gm.run_shell({ command: 'ls -l /proc/$$/fd' })).stdout;");
+    let listing = listing.as_str().expect("the shell's output");
+    assert!(!listing.contains(&format!("pipe:[{host_pipe}]")), "a shell holds the host's stdin: {listing}");
+    assert!(!listing.contains("gm-session-journal"), "a shell holds the journal: {listing}");
     // Big answers (the relay writes them) and small ones (the worker does) in one burst.
     for round in 0..3 {
         let ids: Vec<i64> = (0..40).map(|n| 100 * (round + 1) + n).collect();
@@ -555,6 +561,12 @@ fn a_worker_stopped_by_a_signal_is_followed_by_a_new_one_and_the_host_stays_conn
     // Its session ended with it, but not the host's: the relay finds the next worker.
     assert_eq!(ok_after_a_death(&mut gm, "run_code", json!({ "code": "return 7;" }))["result"], 7);
     assert_ne!(worker_pid(&gm.log_path(), 1), first);
+    // Calls written while a worker stops on its own are each answered once: none is taken
+    // from stdin by the leaving worker after its session ended.
+    for n in 1..4 {
+        race_a_death(&mut gm, n, 1000 * n as i64, libc::SIGTERM);
+    }
+    assert_eq!(gm.events_of("start").len(), 5, "a worker for each stop");
     gm.close_stdin();
     assert_eq!(gm.wait_exit(TIMEOUT).and_then(|s| s.code()), Some(0));
 }

@@ -176,6 +176,69 @@ pub fn memory_file(name: &std::ffi::CStr) -> std::io::Result<std::fs::File> {
     Ok(unsafe { std::fs::File::from_raw_fd(fd) })
 }
 
+/// A window of a shared memory file ([`memory_file`]) mapped into this process: a write lands
+/// in the file at once, with no system call, and stays there for the file's other holders if
+/// this process dies right after.
+#[cfg(target_os = "linux")]
+pub struct SharedWindow {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+    /// Where the window starts in the file.
+    offset: u64,
+}
+
+#[cfg(target_os = "linux")]
+impl SharedWindow {
+    /// Maps `len` bytes of `file` from `offset` (a multiple of the page size); the file must
+    /// be at least that long (reading past its end would raise SIGBUS).
+    pub fn map(file: &std::fs::File, offset: u64, len: usize) -> std::io::Result<SharedWindow> {
+        use std::os::fd::AsRawFd;
+        let size = file.metadata()?.len();
+        if offset.checked_add(len as u64).is_none_or(|end| end > size) {
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "the window passes the file's end"));
+        }
+        let file_offset = libc::off_t::try_from(offset).map_err(std::io::Error::other)?;
+        // SAFETY: a new shared mapping of a file we hold, within its length (checked above);
+        // nothing else is mapped at the address the kernel picks.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                file_offset,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        let ptr = std::ptr::NonNull::new(ptr.cast::<u8>()).ok_or_else(|| std::io::Error::other("mmap gave null"))?;
+        Ok(SharedWindow { ptr, len, offset })
+    }
+
+    /// Writes `bytes` at file offset `at` if they fall inside the window; false otherwise.
+    pub fn write(&self, at: u64, bytes: &[u8]) -> bool {
+        let Some(start) = at.checked_sub(self.offset).and_then(|s| usize::try_from(s).ok()) else { return false };
+        if start.checked_add(bytes.len()).is_none_or(|end| end > self.len) {
+            return false;
+        }
+        // SAFETY: [start, start + len) lies inside the mapping (checked above), which lives as
+        // long as `self`; `bytes` is our own memory, so the two cannot overlap. No Rust
+        // reference into the mapping exists: other processes' reads see plain bytes.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.as_ptr().add(start), bytes.len()) };
+        true
+    }
+}
+
+#[cfg(target_os = "linux")]
+impl Drop for SharedWindow {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping `map` made; no reference into it outlives self.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
 /// Whether `fd` is a pipe or a socket: what a worker can read and write in a host's place
 /// (a terminal or a file cannot be polled as a stream, or peeked).
 pub fn is_pipe_or_socket(fd: std::os::fd::BorrowedFd<'_>) -> bool {

@@ -32,6 +32,9 @@ const HEADER_LEN: u64 = 4096;
 const REGION: u64 = 1 << 36;
 /// A region is compacted once it holds this much and more than 4 times its snapshot.
 const COMPACT_AT: u64 = 1 << 20;
+/// How much of each region a worker maps: its records are written there with no system call
+/// (the rest, a snapshot of a very long unfinished line, with pwrite).
+const WINDOW: usize = 8 << 20;
 const RECORD_HEAD: usize = 13;
 
 /// The ids of the relay's own lines (a replayed handshake, an `initialize` it answered
@@ -219,6 +222,8 @@ pub struct Journal {
     end: u64,
     snapshot_len: u64,
     max_line: usize,
+    /// The start of each region, mapped (a worker's journal; `None` where mapping failed).
+    windows: [Option<sys::SharedWindow>; 2],
     /// The state as the records so far leave it.
     pub state: State,
 }
@@ -240,7 +245,13 @@ impl Journal {
     /// region under the next epoch, so none of the old records reads as the new one's.
     pub fn create(file: File, max_line: usize, state: State, unread: &[u8]) -> Result<Journal, JournalError> {
         let (region, epoch) = read_header(&file).map(|(r, e)| (1 - r, e.wrapping_add(1))).unwrap_or((0, 1));
-        let mut journal = Journal { file, region: 0, epoch: 0, end: 0, snapshot_len: 0, max_line, state };
+        // Long enough for both regions (sparse: only what is written takes memory), so a
+        // worker can map their starts.
+        if file.metadata()?.len() < region_base(2) {
+            file.set_len(region_base(2))?;
+        }
+        let mut journal =
+            Journal { file, region: 0, epoch: 0, end: 0, snapshot_len: 0, max_line, windows: [None, None], state };
         journal.write_snapshot(epoch, region, unread)?;
         Ok(journal)
     }
@@ -249,7 +260,9 @@ impl Journal {
     /// the bytes of an unfinished line to read before stdin.
     pub fn open(file: File, max_line: usize) -> Result<(Journal, Vec<u8>), JournalError> {
         let (region, epoch) = read_header(&file)?;
-        let mut journal = Journal { file, region, epoch, end: 0, snapshot_len: 0, max_line, state: State::default() };
+        let windows = [0, 1].map(|r| sys::SharedWindow::map(&file, region_base(r), WINDOW).ok());
+        let mut journal =
+            Journal { file, region, epoch, end: 0, snapshot_len: 0, max_line, windows, state: State::default() };
         let records = journal.records()?;
         let mut unread = Vec::new();
         for (kind, payload) in records {
@@ -282,7 +295,16 @@ impl Journal {
     ) -> Result<Recovered, JournalError> {
         let (region, epoch) = read_header(file)?;
         let file = file.try_clone()?;
-        let journal = Journal { file, region, epoch, end: 0, snapshot_len: 0, max_line, state: State::default() };
+        let journal = Journal {
+            file,
+            region,
+            epoch,
+            end: 0,
+            snapshot_len: 0,
+            max_line,
+            windows: [None, None],
+            state: State::default(),
+        };
         let mut records = journal.records()?;
         let touched = records.len() > 1;
         if let Some((INPUT, bytes)) = records.last() {
@@ -344,7 +366,11 @@ impl Journal {
             self.compact()?;
         }
         let record = record(self.epoch, kind, payload);
-        sys::write_all_at(&self.file, &record, region_base(self.region) + self.end)?;
+        let at = region_base(self.region) + self.end;
+        let mapped = self.windows[self.region as usize].as_ref().is_some_and(|w| w.write(at, &record));
+        if !mapped {
+            sys::write_all_at(&self.file, &record, at)?;
+        }
         self.end += record.len() as u64;
         Ok(())
     }

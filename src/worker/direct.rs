@@ -28,6 +28,9 @@ pub struct DirectLines {
     input: local::HostInput,
     /// Set once stdin ended: the host left, and the session's end is its own.
     host_left: Rc<std::cell::Cell<bool>>,
+    /// Set once the session's writer stopped: the relay may be settling the journal for the
+    /// next worker, so nothing more is taken from stdin.
+    over: Rc<std::cell::Cell<bool>>,
     journal: Rc<RefCell<Journal>>,
     splitter: LineSplitter,
     ready: VecDeque<Incoming>,
@@ -51,6 +54,10 @@ impl DirectLines {
                 }
                 Ok(n) => n,
             };
+            if self.over.get() {
+                self.closed = true;
+                continue;
+            }
             // Recorded first: a worker killed before it takes them leaves them on stdin, and
             // the relay sees they are still there.
             if let Err(e) = self.journal.borrow_mut().input(&self.buf[..n]) {
@@ -91,6 +98,7 @@ pub struct Written;
 pub struct DirectWriter {
     out: Rc<local::Writer>,
     host_left: Rc<std::cell::Cell<bool>>,
+    over: Rc<std::cell::Cell<bool>>,
     out_fd: OwnedFd,
     stage: (OwnedFd, OwnedFd),
     /// Bytes in the stage, recorded and not yet moved to stdout.
@@ -226,6 +234,9 @@ impl Actor for DirectWriter {
     type Context = Context<Self>;
 
     fn stopped(&mut self, _: &mut Context<Self>) {
+        // Before the relay can hear of it: what comes on stdin from now on is the next
+        // worker's (this arbiter runs one thing at a time, so no read is half done).
+        self.over.set(true);
         // The host left and the session is over: the relay exits instead of answering for a
         // dead worker. A worker that stops on its own (a signal, an update) leaves no such
         // record: to the relay that is a worker gone, and it finds the next one.
@@ -294,9 +305,11 @@ pub fn open(
     let out_fd = stdout.try_clone().map_err(|e| format!("the host's stdout: {e}"))?;
     let out = local::Writer::as_is(stdout);
     let host_left = Rc::new(std::cell::Cell::new(false));
+    let over = Rc::new(std::cell::Cell::new(false));
     let mut lines = DirectLines {
         input,
         host_left: host_left.clone(),
+        over: over.clone(),
         journal: journal.clone(),
         splitter: LineSplitter::new(max_line),
         ready: VecDeque::new(),
@@ -308,6 +321,7 @@ pub fn open(
     let writer = DirectWriter {
         out: Rc::new(out),
         host_left,
+        over,
         out_fd,
         stage: (stage_read, stage_write),
         staged: 0,
