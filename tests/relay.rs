@@ -570,3 +570,67 @@ fn a_worker_stopped_by_a_signal_is_followed_by_a_new_one_and_the_host_stays_conn
     gm.close_stdin();
     assert_eq!(gm.wait_exit(TIMEOUT).and_then(|s| s.code()), Some(0));
 }
+
+#[test]
+fn a_host_on_sockets_as_node_gives_its_children_is_served_directly_across_a_death() {
+    use std::io::{BufRead, Write};
+    use std::os::unix::net::UnixStream;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = dir.path().canonicalize().expect("canonical");
+    // libuv (Node) hands a child socket pairs, not pipes, for its stdin and stdout.
+    let (mut to_gm, gm_in) = UnixStream::pair().expect("pair");
+    let (from_gm, gm_out) = UnixStream::pair().expect("pair");
+    let mut child = common::gm_command()
+        .arg("serve")
+        .current_dir(&ws)
+        .stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(gm_in)))
+        .stdout(std::process::Stdio::from(std::os::fd::OwnedFd::from(gm_out)))
+        .spawn()
+        .expect("spawn gm");
+    from_gm.set_read_timeout(Some(TIMEOUT)).expect("timeout");
+    let mut replies = std::io::BufReader::new(from_gm);
+    let mut send = |v: Value| to_gm.write_all(format!("{v}\n").as_bytes()).expect("write");
+    let mut recv = || {
+        let mut line = String::new();
+        replies.read_line(&mut line).expect("a reply");
+        serde_json::from_str::<Value>(&line).expect("JSON")
+    };
+    send(
+        json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": { "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "t", "version": "0" } } }),
+    );
+    assert_eq!(recv()["id"], 1);
+    send(json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }));
+    send(json!({ "jsonrpc": "2.0", "id": 2, "method": "resources/read", "params": { "uri": "skill://gm/SKILL.md" } }));
+    assert_eq!(recv()["id"], 2);
+    let log = ws.join(".gm/log.jsonl");
+    for death in 0..2 {
+        let first = 100 * (death + 1);
+        for id in first..first + 30 {
+            let code = if id % 5 == 0 { "return 'x'.repeat(20000);" } else { "return 'ok';" };
+            send(
+                json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": { "name": "run_code", "arguments": { "code": code } } }),
+            );
+        }
+        let mut answered = std::collections::HashSet::new();
+        while answered.len() < 30 {
+            let reply = recv();
+            let id = reply["id"].as_i64().expect("an id");
+            assert!((first..first + 30).contains(&id) && answered.insert(id), "one answer per call: {reply}");
+            assert_eq!(reply["result"]["isError"], false, "{reply}");
+        }
+        kill9(worker_pid(&log, death as usize));
+        send(
+            json!({ "jsonrpc": "2.0", "id": 999 + death, "method": "tools/call", "params": { "name": "run_code", "arguments": { "code": "return 1;" } } }),
+        );
+        let reply = recv();
+        assert_eq!(reply["id"], 999 + death);
+        let outcome = &reply["result"]["structuredContent"];
+        assert!(outcome["result"] == 1 || outcome["error"]["code"] == "worker_restarted", "{reply}");
+    }
+    let opened: Vec<Value> = read_log(&log).into_iter().filter(|e| e["kind"] == "session").collect();
+    assert_eq!(opened[0]["direct"], true, "{opened:?}");
+    // The host leaves: its end of gm's stdin closes.
+    drop(to_gm);
+    let status = child.wait().expect("gm exits");
+    assert_eq!(status.code(), Some(0));
+}
