@@ -35,6 +35,8 @@ pub struct Conn {
     pub relay: Option<serde_json::Value>,
     /// The HTTP listener's connection for stateless (2026-07-28) requests of any client.
     pub stateless: bool,
+    /// The worker reads and writes the host's own stdin and stdout (`crate::worker::direct`).
+    pub direct: bool,
 }
 
 /// Which tools a session is served: `code` (default) — `next_context`, `run_code`, `finish`,

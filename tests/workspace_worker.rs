@@ -272,6 +272,8 @@ fn each_workspace_has_its_own_worker_and_gm_status_lists_its_sessions() {
     assert_eq!(versions, HashSet::from(["2025-11-25", "2025-06-18"]));
     assert!(sessions.iter().any(|x| x["run"]["task"] == "first task" && x["surface"] == "code"), "{s}");
     assert!(sessions.iter().all(|x| x["client"]["name"] == "gm-tests"), "{s}");
+    // Each host's stdio was handed to the worker.
+    assert!(sessions.iter().all(|x| x["direct"] == true), "{s}");
     assert_eq!(gm_status(&two)["status"]["sessions"].as_array().map(Vec::len), Some(1));
 
     let text = gm_command().arg("status").current_dir(&one).output().expect("gm status");

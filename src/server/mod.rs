@@ -547,6 +547,7 @@ impl Handler<Describe> for Server {
             "protocolVersion": self.session.protocol,
             "surface": self.conn.surface.as_str(),
             "transport": if self.stdio { "stdio" } else if self.conn.stateless { "stateless" } else { "relay" },
+            "direct": self.conn.direct,
             "relay": self.conn.relay,
             "connectedMs": self.session.opened.elapsed().as_millis() as u64,
             "skillRead": self.session.run.skill_read,

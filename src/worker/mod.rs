@@ -254,6 +254,7 @@ impl Worker {
             step_budget: budget,
             relay: (!stdio).then(|| serde_json::to_value(&hello.relay).unwrap_or_default()),
             stateless: hello.stateless,
+            direct: hello.direct,
         };
         let server = Server::new(self.app.clone(), conn, run, ctx.address(), stdio).start();
         self.sessions.insert(session, Session { server: server.clone(), probe });
