@@ -15,7 +15,10 @@
 //!
 //! Order is what makes it exact. Input: the worker copies what waits on stdin, appends it as an
 //! `I` record, then takes it; killed between the two, the relay finds the last record's bytes
-//! still first on stdin and leaves them there. Answers: a reply is written to the host, then
+//! still first on stdin and leaves them there. (A host that wrote the very same bytes again
+//! right behind them, with the worker killed in that instant after taking them, would have
+//! them read as not taken: ids make two equal lines all but impossible; equal chunks of one
+//! long line of repeated content are the case left.) Answers: a reply is written to the host, then
 //! its id appended; killed between the two, the call is answered twice (the host drops an
 //! answer to an id it already has) — never not at all.
 
