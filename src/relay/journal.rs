@@ -18,9 +18,10 @@
 //! still first on stdin and leaves them there. (A host that wrote the very same bytes again
 //! right behind them, with the worker killed in that instant after taking them, would have
 //! them read as not taken: ids make two equal lines all but impossible; equal chunks of one
-//! long line of repeated content are the case left.) Answers: a reply is written to the host, then
-//! its id appended; killed between the two, the call is answered twice (the host drops an
-//! answer to an id it already has) — never not at all.
+//! long line of repeated content are the case left.) Answers: a reply is put on the stage (a
+//! pipe the relay holds too), its id appended, then the reply moved to stdout; killed before
+//! the record, the relay drops what is staged and answers the call as lost; after it, the
+//! relay writes the staged reply itself — each call answered once.
 
 use std::collections::HashMap;
 use std::fs::File;
