@@ -393,12 +393,9 @@ fn a_host_killed_while_its_worker_starts_leaves_a_worker_the_next_host_joins() {
     }
 }
 
-/// A relay's hello may bring a pipe each way (SCM_RIGHTS): the worker welcomes it saying so
-/// and the session speaks on the pipes, not the socket. A hello that names pipes and brings
-/// none, or one of them only, is refused with the reason, and the worker serves on. Played
-/// by a client written apart from gm's relay (Python's `socket.send_fds`).
-#[test]
-fn a_hello_that_brings_pipes_moves_the_session_onto_them_and_one_without_them_is_refused() {
+/// A host's session in a fresh workspace, its worker listening on a socket in a runtime
+/// folder of its own: (the host, the workspace, the worker's socket, the folders to keep).
+fn host_and_worker_socket() -> (Gm, std::path::PathBuf, std::path::PathBuf, [tempfile::TempDir; 2]) {
     let dir = tempfile::tempdir().expect("tempdir");
     let ws = dir.path().canonicalize().expect("canonical");
     let runtime = tempfile::tempdir().expect("runtime dir");
@@ -409,6 +406,16 @@ fn a_hello_that_brings_pipes_moves_the_session_onto_them_and_one_without_them_is
     a.call_ok("next_context", json!({}));
     let socket = std::fs::read_dir(runtime.path().join("gm")).expect("socket dir").next().expect("a socket");
     let socket = socket.expect("entry").path();
+    (a, ws, socket, [dir, runtime])
+}
+
+/// A relay's hello may bring a pipe each way (SCM_RIGHTS): the worker welcomes it saying so
+/// and the session speaks on the pipes, not the socket. A hello that names pipes and brings
+/// none, or one of them only, is refused with the reason, and the worker serves on. Played
+/// by a client written apart from gm's relay (Python's `socket.send_fds`).
+#[test]
+fn a_hello_that_brings_pipes_moves_the_session_onto_them_and_one_without_them_is_refused() {
+    let (mut a, _ws, socket, _dirs) = host_and_worker_socket();
     let script = r#"
 import json, os, socket, sys
 path = sys.argv[1]
@@ -453,6 +460,64 @@ print(json.dumps(out))
         let why = out[name]["why"].as_str().expect("why");
         assert!(why.contains("pipes") && why.contains("descriptor"), "{why}");
     }
+    // The host's own session was not disturbed.
+    a.call_ok("next_context", json!({}));
+}
+
+/// A direct hello hands the worker a host's stdin, stdout and the session's journal. One from
+/// a client that is not a relay — too few descriptors, a file where the host's stdin should
+/// be, a journal that is not one — is refused with the reason, before anything is written,
+/// and the worker serves on. Played by Python's `socket.send_fds`.
+#[test]
+fn a_direct_hello_with_the_wrong_descriptors_is_refused_with_the_reason_and_changes_nothing() {
+    let (mut a, ws, socket, _dirs) = host_and_worker_socket();
+    let victim = ws.join("notes.txt");
+    std::fs::write(&victim, "a file of the workspace\n").expect("victim");
+    let script = r#"
+import json, os, socket, sys
+path, victim = sys.argv[1], sys.argv[2]
+def hello(session):
+    return (json.dumps({"gm": "hello", "protocol": 1, "session": session,
+        "relay": {"pid": os.getpid(), "version": "0", "exe": None}, "surface": "tools",
+        "pageSize": 200, "stepBudget": 100, "maxLineBytes": 1 << 20,
+        "worker": {"maxInflight": 64, "mcpConfig": None}, "direct": True}) + "\n").encode()
+def answer(name, fds):
+    s = socket.socket(socket.AF_UNIX); s.connect(path)
+    socket.send_fds(s, [hello("s-direct-" + name)], fds)
+    return json.loads(s.makefile("rb").readline())
+out = {}
+r1, w1 = os.pipe(); r2, w2 = os.pipe(); r3, w3 = os.pipe()
+garbage = os.memfd_create("not-a-journal"); os.write(garbage, b"x" * 100)
+file_fd = os.open(victim, os.O_RDWR)
+out["three"] = answer("three", [r1, w2, garbage])
+out["file-stdin"] = answer("file-stdin", [file_fd, w2, garbage, r3, w3])
+out["file-journal"] = answer("file-journal", [r1, w2, file_fd, r3, w3])
+out["garbage-journal"] = answer("garbage-journal", [r1, w2, garbage, r3, w3])
+print(json.dumps(out))
+"#;
+    let run = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(&socket)
+        .arg(&victim)
+        .output()
+        .expect("python3");
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let out: Value = serde_json::from_slice(&run.stdout).expect("json");
+    for (name, reason) in [
+        ("three", "5 descriptors"),
+        ("file-stdin", "stdin"),
+        ("file-journal", "journal"),
+        ("garbage-journal", "journal"),
+    ] {
+        assert_eq!(out[name]["gm"], "refused", "{name}: {out}");
+        let why = out[name]["why"].as_str().expect("why");
+        assert!(why.contains(reason), "{name}: {why}");
+    }
+    assert_eq!(std::fs::read_to_string(&victim).expect("victim"), "a file of the workspace\n", "nothing written");
+    let sessions: Vec<Value> =
+        read_log(&ws.join(".gm/log.jsonl")).into_iter().filter(|e| e["kind"] == "session").collect();
+    assert_eq!(sessions.len(), 1, "no session opened for a refused hello: {sessions:?}");
     // The host's own session was not disturbed.
     a.call_ok("next_context", json!({}));
 }

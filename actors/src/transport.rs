@@ -207,43 +207,85 @@ impl Handler<Send> for StdoutWriter {
     }
 }
 
+/// Lines split from a stream of bytes, waiting to be taken one [`Incoming`] at a time, and
+/// whether the stream ended.
+pub struct LineQueue {
+    splitter: LineSplitter,
+    ready: std::collections::VecDeque<Incoming>,
+    closed: bool,
+}
+
+impl LineQueue {
+    pub fn new(max_line: usize) -> Self {
+        Self { splitter: LineSplitter::new(max_line), ready: std::collections::VecDeque::new(), closed: false }
+    }
+
+    /// The next message: `Some(Some(_))` one that waits, `Some(None)` once the stream ended and
+    /// all were taken, `None` when more bytes are needed.
+    pub fn next_ready(&mut self) -> Option<Option<Incoming>> {
+        match self.ready.pop_front() {
+            Some(m) => Some(Some(m)),
+            None if self.closed => Some(None),
+            None => None,
+        }
+    }
+
+    pub fn feed(&mut self, bytes: &[u8]) {
+        let ready = &mut self.ready;
+        self.splitter.feed(bytes, &mut |m| ready.push_back(m));
+    }
+
+    /// The stream ended: a last line without its newline, then [`Incoming::Closed`].
+    pub fn close(&mut self) {
+        if self.closed {
+            return;
+        }
+        let ready = &mut self.ready;
+        self.splitter.finish(&mut |m| ready.push_back(m));
+        self.ready.push_back(Incoming::Closed);
+        self.closed = true;
+    }
+
+    /// The stream ends here: nothing more is taken, not even what waits.
+    pub fn stop(&mut self) {
+        self.ready.clear();
+        self.closed = true;
+    }
+
+    /// Whether bytes past the lines taken have been read.
+    pub fn holds_more(&self) -> bool {
+        !self.ready.is_empty() || !self.splitter.line.is_empty() || self.splitter.overflow > 0
+    }
+
+    /// Sets a limit on the next line (the first line, a relay's hello, is small).
+    pub fn set_max_line(&mut self, max_line: usize) {
+        self.splitter.max_line = max_line;
+    }
+}
+
 /// Lines read from one connection of the worker's socket, one [`Incoming`] at a time.
 #[cfg(unix)]
 pub struct SocketLines {
     read: crate::sys::local::Reader,
-    splitter: LineSplitter,
-    ready: std::collections::VecDeque<Incoming>,
+    lines: LineQueue,
     buf: Vec<u8>,
-    closed: bool,
 }
 
 #[cfg(unix)]
 impl SocketLines {
     pub fn new(read: crate::sys::local::Reader, max_line: usize) -> Self {
-        Self {
-            read,
-            splitter: LineSplitter::new(max_line),
-            ready: std::collections::VecDeque::new(),
-            buf: vec![0u8; 64 * 1024],
-            closed: false,
-        }
+        Self { read, lines: LineQueue::new(max_line), buf: vec![0u8; 64 * 1024] }
     }
 
     /// The next line (or what stands for one); `None` after [`Incoming::Closed`].
     pub async fn next(&mut self) -> Option<Incoming> {
         loop {
-            if let Some(m) = self.ready.pop_front() {
-                return Some(m);
-            }
-            if self.closed {
-                return None;
+            if let Some(m) = self.lines.next_ready() {
+                return m;
             }
             match self.read.read(&mut self.buf).await {
-                Ok(0) | Err(_) => self.close(),
-                Ok(n) => {
-                    let ready = &mut self.ready;
-                    self.splitter.feed(&self.buf[..n], &mut |m| ready.push_back(m));
-                }
+                Ok(0) | Err(_) => self.lines.close(),
+                Ok(n) => self.lines.feed(&self.buf[..n]),
             }
         }
     }
@@ -253,18 +295,12 @@ impl SocketLines {
     pub async fn first_with_fds(&mut self) -> (Option<Incoming>, Vec<std::os::fd::OwnedFd>) {
         let mut fds = Vec::new();
         loop {
-            if let Some(m) = self.ready.pop_front() {
-                return (Some(m), fds);
-            }
-            if self.closed {
-                return (None, fds);
+            if let Some(m) = self.lines.next_ready() {
+                return (m, fds);
             }
             match self.read.read_with_fds(&mut self.buf, &mut fds).await {
-                Ok(0) | Err(_) => self.close(),
-                Ok(n) => {
-                    let ready = &mut self.ready;
-                    self.splitter.feed(&self.buf[..n], &mut |m| ready.push_back(m));
-                }
+                Ok(0) | Err(_) => self.lines.close(),
+                Ok(n) => self.lines.feed(&self.buf[..n]),
             }
         }
     }
@@ -276,19 +312,12 @@ impl SocketLines {
 
     /// Whether bytes past the lines taken have been read.
     pub fn holds_more(&self) -> bool {
-        !self.ready.is_empty() || !self.splitter.line.is_empty() || self.splitter.overflow > 0
-    }
-
-    fn close(&mut self) {
-        let ready = &mut self.ready;
-        self.splitter.finish(&mut |m| ready.push_back(m));
-        self.ready.push_back(Incoming::Closed);
-        self.closed = true;
+        self.lines.holds_more()
     }
 
     /// Sets a limit on the next line (the first line, a relay's hello, is small).
     pub fn set_max_line(&mut self, max_line: usize) {
-        self.splitter.max_line = max_line;
+        self.lines.set_max_line(max_line);
     }
 }
 

@@ -117,16 +117,7 @@ pub fn run(opts: RelayOptions) -> i32 {
             return 1;
         }
     };
-    let conn = match relay.connect_first() {
-        Ok(conn) => conn,
-        Err(e) => {
-            eprintln!("gm: {e}");
-            return 1;
-        }
-    };
-    for d in &conn.differs {
-        eprintln!("gm: the workspace's worker was already running; it keeps its own setting instead of {d}");
-    }
+    let Some(conn) = relay.connect_reporting() else { return 1 };
     let Connection { reader, writer, worker, .. } = conn;
     {
         let mut pipe = lock(&relay.pipe);
@@ -156,16 +147,7 @@ fn run_direct(relay: Arc<Relay>) -> i32 {
         eprintln!("gm: cannot start the relay's reader: {e}");
         return 1;
     }
-    let conn = match relay.connect_first() {
-        Ok(conn) => conn,
-        Err(e) => {
-            eprintln!("gm: {e}");
-            return 1;
-        }
-    };
-    for d in &conn.differs {
-        eprintln!("gm: the workspace's worker was already running; it keeps its own setting instead of {d}");
-    }
+    let Some(conn) = relay.connect_reporting() else { return 1 };
     watch_stop_signals(relay.clone());
     let ended = if conn.direct {
         let Connection { reader, writer, worker, .. } = conn;
@@ -321,6 +303,22 @@ impl Relay {
             carried: AtomicBool::new(direct.is_none()),
             direct,
         }
+    }
+
+    /// The first connection, with what the host should know of it on stderr: `None` when no
+    /// worker could be reached (the reason printed).
+    fn connect_reporting(&self) -> Option<Connection> {
+        let conn = match self.connect_first() {
+            Ok(conn) => conn,
+            Err(e) => {
+                eprintln!("gm: {e}");
+                return None;
+            }
+        };
+        for d in &conn.differs {
+            eprintln!("gm: the workspace's worker was already running; it keeps its own setting instead of {d}");
+        }
+        Some(conn)
     }
 
     fn start_host_reader(self: Arc<Self>) -> std::io::Result<std::thread::JoinHandle<()>> {

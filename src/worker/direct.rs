@@ -15,7 +15,7 @@ use std::rc::Rc;
 
 use actix::prelude::*;
 use gm_actors::sys::{self, local};
-use gm_actors::transport::{Incoming, LineSplitter, Send as SendLine, SocketLines, SocketWriter};
+use gm_actors::transport::{Incoming, LineQueue, Send as SendLine, SocketLines, SocketWriter};
 
 use crate::relay::journal::{Journal, OWN_ID_PREFIX};
 use crate::relay::peek::{id_key, Peek};
@@ -26,36 +26,32 @@ pub const WRITTEN: &str = r#"{"gm":"written"}"#;
 /// The host's lines, read from its stdin.
 pub struct DirectLines {
     input: local::HostInput,
+    journal: Rc<RefCell<Journal>>,
+    lines: LineQueue,
+    buf: Vec<u8>,
     /// Set once stdin ended: the host left, and the session's end is its own.
     host_left: Rc<std::cell::Cell<bool>>,
     /// Set once the session's writer stopped: the relay may be settling the journal for the
     /// next worker, so nothing more is taken from stdin.
     over: Rc<std::cell::Cell<bool>>,
-    journal: Rc<RefCell<Journal>>,
-    splitter: LineSplitter,
-    ready: VecDeque<Incoming>,
-    buf: Vec<u8>,
-    closed: bool,
 }
 
 impl DirectLines {
     pub async fn next(&mut self) -> Option<Incoming> {
         loop {
-            if let Some(m) = self.ready.pop_front() {
-                return Some(m);
-            }
-            if self.closed {
-                return None;
+            if let Some(m) = self.lines.next_ready() {
+                return m;
             }
             let n = match self.input.peek(&mut self.buf).await {
                 Ok(0) | Err(_) => {
-                    self.close();
+                    self.host_left.set(true);
+                    self.lines.close();
                     continue;
                 }
                 Ok(n) => n,
             };
             if self.over.get() {
-                self.closed = true;
+                self.lines.stop();
                 continue;
             }
             // Recorded first: a worker killed before it takes them leaves them on stdin, and
@@ -64,20 +60,12 @@ impl DirectLines {
                 eprintln!("gm: {e}");
             }
             if self.input.take(n).is_err() {
-                self.close();
+                self.host_left.set(true);
+                self.lines.close();
                 continue;
             }
-            let ready = &mut self.ready;
-            self.splitter.feed(&self.buf[..n], &mut |m| ready.push_back(m));
+            self.lines.feed(&self.buf[..n]);
         }
-    }
-
-    fn close(&mut self) {
-        self.host_left.set(true);
-        let ready = &mut self.ready;
-        self.splitter.finish(&mut |m| ready.push_back(m));
-        self.ready.push_back(Incoming::Closed);
-        self.closed = true;
     }
 }
 
@@ -296,13 +284,18 @@ pub fn open(
 ) -> Result<DirectIo, String> {
     let [stdin, stdout, journal, stage_read, stage_write]: [OwnedFd; 5] =
         fds.try_into().map_err(|fds: Vec<_>| format!("a direct hello brings 5 descriptors, not {}", fds.len()))?;
+    // Each checked before anything is written anywhere: a hello from a client that is not a
+    // relay is refused with the reason and changes nothing.
+    let input = local::HostInput::new(stdin).map_err(|e| format!("the host's stdin: {e}"))?;
+    if !sys::is_pipe_or_socket(stdout.as_fd()) {
+        return Err("the host's stdout: neither a pipe nor a socket".into());
+    }
+    let out_fd = stdout.try_clone().map_err(|e| format!("the host's stdout: {e}"))?;
     let (mut journal, unread) = Journal::open(std::fs::File::from(journal), max_line).map_err(|e| e.to_string())?;
     // Whatever happens next, the relay must not hand the bytes read first to another worker:
     // this one may have acted on them.
     journal.input(&[]).map_err(|e| e.to_string())?;
     let journal = Rc::new(RefCell::new(journal));
-    let input = local::HostInput::new(stdin).map_err(|e| format!("the host's stdin: {e}"))?;
-    let out_fd = stdout.try_clone().map_err(|e| format!("the host's stdout: {e}"))?;
     let out = local::Writer::as_is(stdout);
     let host_left = Rc::new(std::cell::Cell::new(false));
     let over = Rc::new(std::cell::Cell::new(false));
@@ -311,13 +304,10 @@ pub fn open(
         host_left: host_left.clone(),
         over: over.clone(),
         journal: journal.clone(),
-        splitter: LineSplitter::new(max_line),
-        ready: VecDeque::new(),
+        lines: LineQueue::new(max_line),
         buf: vec![0u8; 64 << 10],
-        closed: false,
     };
-    let ready = &mut lines.ready;
-    lines.splitter.feed(&unread, &mut |m| ready.push_back(m));
+    lines.lines.feed(&unread);
     let writer = DirectWriter {
         out: Rc::new(out),
         host_left,
