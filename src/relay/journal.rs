@@ -110,13 +110,17 @@ impl State {
                 Some(i) => (&bytes[..i], true),
                 None => (bytes, false),
             };
+            bytes = &bytes[chunk.len() + usize::from(whole)..];
             if self.overflow || self.partial.len() + chunk.len() > max_line {
                 self.overflow = true;
                 self.partial.clear();
+            } else if whole && self.partial.is_empty() {
+                // The usual case, a whole line in one read: noted where it lies.
+                self.note_line(chunk);
+                continue;
             } else {
                 self.partial.extend_from_slice(chunk);
             }
-            bytes = &bytes[chunk.len() + usize::from(whole)..];
             if whole {
                 if !self.overflow {
                     let line = std::mem::take(&mut self.partial);
@@ -128,18 +132,24 @@ impl State {
     }
 
     fn note_line(&mut self, line: &[u8]) {
-        let peeks = if Peek::is_batch(line) { Peek::of_batch(line) } else { vec![Peek::of(line)] };
-        for peek in peeks {
-            self.handshake.note(&peek, line);
-            if peek.method.as_deref() == Some("notifications/cancelled") {
-                // A cancelled call gets no answer: it must not be answered later as lost.
-                if let Some(id) = &peek.cancels {
-                    self.inflight.remove(&id_key(id));
-                }
+        if !Peek::is_batch(line) {
+            return self.note_peek(Peek::of(line), line);
+        }
+        for peek in Peek::of_batch(line) {
+            self.note_peek(peek, line);
+        }
+    }
+
+    fn note_peek(&mut self, peek: Peek, line: &[u8]) {
+        self.handshake.note(&peek, line);
+        if peek.method.as_deref() == Some("notifications/cancelled") {
+            // A cancelled call gets no answer: it must not be answered later as lost.
+            if let Some(id) = &peek.cancels {
+                self.inflight.remove(&id_key(id));
             }
-            if let Some((key, call)) = call_of(&peek) {
-                self.inflight.insert(key, call);
-            }
+        }
+        if let Some((key, call)) = call_of(&peek) {
+            self.inflight.insert(key, call);
         }
     }
 

@@ -56,6 +56,14 @@ impl Peek {
     /// Reads what it can of `line`; a line that is not a JSON object peeks as nothing (the
     /// worker answers it).
     pub fn of(line: &[u8]) -> Peek {
+        if let Some(peek) = fast::of(line) {
+            return peek;
+        }
+        Self::of_slowly(line)
+    }
+
+    /// [`Peek::of`] by serde alone: any line, whatever its keys' order, escapes and spaces.
+    fn of_slowly(line: &[u8]) -> Peek {
         let mut peek = Peek::default();
         let mut de = serde_json::Deserializer::from_slice(line);
         // Err is also how the scan stops early; what was read by then is kept.
@@ -181,6 +189,128 @@ impl<'de> Visitor<'de> for Scan<'_> {
             }
         }
         Ok(())
+    }
+}
+
+/// The lines hosts and gm write nearly always: the id and the method (or `result`) first, as
+/// plain integers and strings. Read by hand, they cost no serde error to stop early (an error
+/// is an allocation and a formatted position); anything else gives up, and serde reads it.
+mod fast {
+    use super::{reads_params, Peek};
+
+    struct Cursor<'a> {
+        line: &'a [u8],
+        at: usize,
+    }
+
+    impl<'a> Cursor<'a> {
+        fn skip_space(&mut self) {
+            while matches!(self.line.get(self.at), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+                self.at += 1;
+            }
+        }
+
+        fn eat(&mut self, byte: u8) -> Option<()> {
+            self.skip_space();
+            (self.line.get(self.at) == Some(&byte)).then(|| self.at += 1)
+        }
+
+        /// A string of printable ASCII without escapes, quotes excluded.
+        fn plain_string(&mut self) -> Option<&'a str> {
+            self.eat(b'"')?;
+            let start = self.at;
+            loop {
+                match *self.line.get(self.at)? {
+                    b'"' => break,
+                    b'\\' | 0..0x20 | 0x80.. => return None,
+                    _ => self.at += 1,
+                }
+            }
+            self.at += 1;
+            std::str::from_utf8(&self.line[start..self.at - 1]).ok()
+        }
+
+        /// An integer as JSON writes one (no leading zero), its text.
+        fn integer(&mut self) -> Option<&'a str> {
+            self.skip_space();
+            let start = self.at;
+            if self.line.get(self.at) == Some(&b'-') {
+                self.at += 1;
+            }
+            let digits = self.at;
+            while self.line.get(self.at).is_some_and(u8::is_ascii_digit) {
+                self.at += 1;
+            }
+            let n = self.at - digits;
+            let leading_zero = n > 1 && self.line[digits] == b'0';
+            // A fraction or an exponent follows, or the line ends: serde reads it.
+            let ends = matches!(self.line.get(self.at), Some(b' ' | b'\t' | b'\n' | b'\r' | b',' | b'}'));
+            if n == 0 || leading_zero || !ends {
+                return None;
+            }
+            std::str::from_utf8(&self.line[start..self.at]).ok()
+        }
+
+        /// A plain string or integer as written (quotes kept), or a literal.
+        fn plain_value(&mut self) -> Option<&'a str> {
+            self.skip_space();
+            match *self.line.get(self.at)? {
+                b'"' => {
+                    let start = self.at;
+                    self.plain_string()?;
+                    std::str::from_utf8(&self.line[start..self.at]).ok()
+                }
+                b'-' | b'0'..=b'9' => self.integer(),
+                _ => {
+                    let rest = &self.line[self.at..];
+                    let word = ["true", "false", "null"].into_iter().find(|w| rest.starts_with(w.as_bytes()))?;
+                    self.at += word.len();
+                    Some(word)
+                }
+            }
+        }
+    }
+
+    /// The peek of a line read by hand, or None where serde must read it.
+    pub(super) fn of(line: &[u8]) -> Option<Peek> {
+        let mut c = Cursor { line, at: 0 };
+        let mut peek = Peek::default();
+        c.eat(b'{')?;
+        loop {
+            let key = c.plain_string()?;
+            c.eat(b':')?;
+            match key {
+                "id" => {
+                    let raw = c.plain_value()?;
+                    // null, true and false are ids serde reads as written too, but rare.
+                    if matches!(raw, "null" | "true" | "false") {
+                        return None;
+                    }
+                    peek.id = Some(raw.to_owned());
+                }
+                "method" => peek.method = Some(c.plain_string()?.to_owned()),
+                "result" | "error" if peek.id.is_some() => {
+                    peek.response = true;
+                    return Some(peek);
+                }
+                "params" if peek.method.is_some() && peek.id.is_some() && !reads_params(peek.method.as_deref()) => {
+                    return Some(peek);
+                }
+                "result" | "error" | "params" => return None,
+                _ => {
+                    c.plain_value()?;
+                }
+            }
+            if peek.settled() {
+                return Some(peek);
+            }
+            c.skip_space();
+            match c.line.get(c.at)? {
+                b',' => c.at += 1,
+                b'}' => return Some(peek),
+                _ => return None,
+            }
+        }
     }
 }
 
@@ -320,6 +450,60 @@ mod tests {
         assert_eq!(id_key(r#""ab""#), id_key(r#""\u0061b""#));
         assert_ne!(id_key(r#""a\"b""#), id_key(r#""a""#));
         assert_eq!(id_key("123456789012345678901"), id_key("123456789012345678901.0"));
+    }
+
+    /// Lines of every shape the hand-read way could meet, and each of them cut at every byte
+    /// (what a broken host writes): it agrees with serde on each, or leaves it to serde.
+    #[test]
+    fn the_hand_read_peek_agrees_with_serde_on_every_line() {
+        let whole: Vec<String> = [
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x"}}"#,
+            r#"{"jsonrpc":"2.0","id":"a b","method":"ping"}"#,
+            r#"{"id":-12,"jsonrpc":"2.0","result":{"content":[]}}"#,
+            r#"{"jsonrpc":"2.0","id":0,"result":{}}"#,
+            r#"{"jsonrpc":"2.0","error":{"code":1},"id":null}"#,
+            r#"{"jsonrpc":"2.0","id":null,"error":{"code":1}}"#,
+            r#"{"jsonrpc":"2.0","id":01,"result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":1.5,"result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":1e3,"method":"x"}"#,
+            r#"{"jsonrpc":"2.0","id":"a\"b","method":"x"}"#,
+            r#"{"jsonrpc":"2.0","id":"\u00e9","method":"x"}"#,
+            "{\"jsonrpc\":\"2.0\",\"id\":\"\u{e9}\",\"method\":\"x\"}",
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progress":1}}"#,
+            r#"{"method":"notifications/cancelled","params":{"requestId":3},"jsonrpc":"2.0"}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3}}"#,
+            r#"{"jsonrpc":"2.0","id":2,"method":"resources/read","params":{"uri":"skill://gm/SKILL.md"}}"#,
+            r#"{"params":{},"id":4,"method":"tools/list"}"#,
+            r#" { "jsonrpc" : "2.0" , "id" : 5 , "method" : "tools/call" , "params" : { } } "#,
+            r#"{"jsonrpc":"2.0","id":5,"method":"tools\/call"}"#,
+            r#"{"jsonrpc":"2.0","extra":[1,2],"id":5,"method":"x"}"#,
+            r#"{"jsonrpc":"2.0","flag":true,"other":false,"none":null,"id":5,"method":"x"}"#,
+            r#"{"jsonrpc":"2.0","id":true,"method":"x"}"#,
+            r#"{"jsonrpc":"2.0","id":5,"id":6,"method":"x"}"#,
+            r#"{"result":{},"id":3}"#,
+            r#"{"id":3}"#,
+            r#"{"id":3,"method":"resources/read"}"#,
+            r#"{}"#,
+            r#"{"id":5 "method":"x"}"#,
+            r#"[1]"#,
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect();
+        let mut lines = whole.clone();
+        for line in &whole {
+            lines.extend((0..line.len()).filter(|&cut| line.is_char_boundary(cut)).map(|cut| line[..cut].to_owned()));
+        }
+        for line in &lines {
+            if let Some(fast) = fast::of(line.as_bytes()) {
+                assert_eq!(fast, Peek::of_slowly(line.as_bytes()), "{line}");
+            }
+        }
+        // The lines hosts and gm write are read by hand.
+        for line in &whole[..4] {
+            assert!(fast::of(line.as_bytes()).is_some(), "{line}");
+        }
     }
 
     #[test]

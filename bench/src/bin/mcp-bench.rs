@@ -253,6 +253,103 @@ fn rss_kb(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// `mcp-bench sessions --gm BIN --file PATH [--par N] [--rounds R] [--no-relay]`: one
+/// session's calls/s, then three sessions' together, R times over one worker: the suite's
+/// sessions row alone, for a measure repeated often enough to see its spread.
+fn sessions(args: &[String]) {
+    let gm = arg(args, "--gm").expect("--gm");
+    let file = arg(args, "--file").expect("--file");
+    let par: usize = arg(args, "--par").and_then(|n| n.parse().ok()).unwrap_or(20000);
+    let rounds: usize = arg(args, "--rounds").and_then(|n| n.parse().ok()).unwrap_or(5);
+    let dir = std::path::Path::new(&file).parent().expect("file has a directory").to_path_buf();
+    let defaults = dir.join("no-defaults");
+    std::fs::create_dir_all(&defaults).expect("defaults");
+    std::fs::write(defaults.join("mcp.json"), r#"{"mcpServers":{}}"#).expect("defaults");
+    let idle = std::path::Path::new("2000");
+    let env = [("GM_DEFAULTS_DIR", defaults.as_path()), ("GM_WORKER_IDLE_MS", idle)];
+    let (ws, copy) = workspace_copy(&file, "sessions");
+    let mut cmd = vec![gm, "serve".into(), "--surface".into(), "tools".into(), "--workspace".into(), ws];
+    let params = json!({ "name": "stat_file", "arguments": { "path": copy } });
+    if args.iter().any(|a| a == "--no-relay") {
+        // One session of a worker with no relay: what the worker costs a call on its own.
+        cmd.push("--no-relay".into());
+        let mut s = Server::spawn_env(&cmd, &env);
+        s.initialize();
+        pipelined(&mut s, &params, par, 64);
+        for round in 0..rounds {
+            let (w0, c0) = (cpu_ticks(s.pid()), cpu_ticks(std::process::id()));
+            let started = Instant::now();
+            pipelined(&mut s, &params, par, 64);
+            let one = par as f64 / started.elapsed().as_secs_f64();
+            let (w1, c1) = (cpu_ticks(s.pid()), cpu_ticks(std::process::id()));
+            let per = |t: u64| t as f64 * 1e4 / par as f64;
+            println!(
+                "round {round}: --no-relay {one:.0} (worker {:.1} µs/call, client {:.1})",
+                per(w1 - w0),
+                per(c1 - c0)
+            );
+        }
+        return;
+    }
+    let mut first = Server::spawn_env(&cmd, &env);
+    first.initialize();
+    pipelined(&mut first, &params, par, 64);
+    let worker = std::fs::read(std::path::Path::new(&dir).join("sessions/.gm/worker.pid"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        .and_then(|v| v["pid"].as_u64())
+        .expect("the worker's pid");
+    let mut others: Vec<Server> = (0..2)
+        .map(|_| {
+            let mut s = Server::spawn_env(&cmd, &env);
+            s.initialize();
+            pipelined(&mut s, &params, par / 4, 64);
+            s
+        })
+        .collect();
+    let ticks = |w: u64| (cpu_ticks(w as u32), cpu_ticks(std::process::id()));
+    let mut ratios = Vec::new();
+    for round in 0..rounds {
+        let (w0, c0) = ticks(worker);
+        let started = Instant::now();
+        pipelined(&mut first, &params, par, 64);
+        let one = par as f64 / started.elapsed().as_secs_f64();
+        let (w1, c1) = ticks(worker);
+        let started = Instant::now();
+        std::thread::scope(|scope| {
+            for s in others.iter_mut() {
+                let params = params.clone();
+                scope.spawn(move || pipelined(s, &params, par, 64));
+            }
+            pipelined(&mut first, &params, par, 64);
+        });
+        let three = (3 * par) as f64 / started.elapsed().as_secs_f64();
+        let (w2, c2) = ticks(worker);
+        // Ticks are 10 ms: CPU µs per call.
+        let per = |t: u64, n: usize| t as f64 * 1e4 / n as f64;
+        println!(
+            "round {round}: one {one:.0} (worker {:.1} µs/call, client {:.1}), three {three:.0} (worker {:.1}, client {:.1}), three/one {:.2}",
+            per(w1 - w0, par),
+            per(c1 - c0, par),
+            per(w2 - w1, 3 * par),
+            per(c2 - c1, 3 * par),
+            three / one
+        );
+        ratios.push(three / one);
+    }
+    ratios.sort_by(|a, b| a.total_cmp(b));
+    println!("three/one: median {:.2}, min {:.2}, max {:.2}", percentile(&ratios, 0.5), ratios[0], ratios[rounds - 1]);
+}
+
+/// User and system CPU of a process, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    fields.get(11).and_then(|u| u.parse::<u64>().ok()).unwrap_or(0)
+        + fields.get(12).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0)
+}
+
 fn arg(args: &[String], name: &str) -> Option<String> {
     args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned()
 }
@@ -281,6 +378,10 @@ fn main() {
     }
     if args.first().map(String::as_str) == Some("child") {
         child(&args);
+        return;
+    }
+    if args.first().map(String::as_str) == Some("sessions") {
+        sessions(&args);
         return;
     }
     if args.first().map(String::as_str) != Some("suite") {
