@@ -571,6 +571,62 @@ fn a_worker_stopped_by_a_signal_is_followed_by_a_new_one_and_the_host_stays_conn
     assert_eq!(gm.wait_exit(TIMEOUT).and_then(|s| s.code()), Some(0));
 }
 
+/// A worker stopped by SIGTERM lingers while its child servers stop (one that ignores the end
+/// of its stdin holds it a grace of 250 ms, then a SIGTERM). Calls the host writes once the
+/// worker began to stop are the next worker's: the leaving one takes none of them from stdin,
+/// and each runs (taken, it could only have been answered `worker_restarted`).
+#[test]
+fn calls_written_while_a_stopping_worker_lingers_are_run_by_the_next_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = dir.path().canonicalize().expect("canonical");
+    std::fs::create_dir_all(ws.join(".gm")).expect(".gm");
+    let server = json!({ "command": env!("CARGO_BIN_EXE_mcp-test-server"), "args": ["--ignore-eof"] });
+    std::fs::write(ws.join(".gm/mcp.json"), json!({ "mcpServers": { "t": server } }).to_string()).expect("mcp.json");
+    common::approve_workspace_servers(&ws);
+    let home = common::trust_home();
+    let mut gm = Gm::start_in(&ws, &[], &[("HOME", home.to_str().expect("utf-8"))]);
+    gm.ready();
+    for round in 0..3 {
+        // The child server runs: the worker will wait for it when it stops.
+        assert!(gm.js("return (await gm.t_pid({})).structuredContent.pid").is_i64());
+        let worker = worker_pid(&gm.log_path(), round);
+        let holder: Value =
+            serde_json::from_slice(&std::fs::read(ws.join(".gm/worker.pid")).expect("worker.pid")).expect("JSON");
+        let socket = std::path::PathBuf::from(holder["socket"].as_str().expect("the worker's socket"));
+        // SAFETY: kill(2) on a worker pid read from the log.
+        assert_eq!(unsafe { libc::kill(worker as i32, libc::SIGTERM) }, 0);
+        // The socket goes first thing when a worker stops.
+        let deadline = Instant::now() + TIMEOUT;
+        while socket.exists() {
+            assert!(Instant::now() < deadline, "the worker never began to stop");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // A call every 5 ms over the worker's lingering and the next one's start.
+        let ids: Vec<i64> = (0..60).map(|n| 10_000 * (round as i64 + 1) + n).collect();
+        for id in &ids {
+            gm.send(&json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": { "name": "run_code", "arguments": { "code": "return 'ok';" } } }));
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let mut answered = std::collections::BTreeSet::new();
+        while answered.len() < ids.len() {
+            let reply = gm.recv(TIMEOUT).unwrap_or_else(|| {
+                let lost: Vec<_> = ids.iter().filter(|id| !answered.contains(*id)).collect();
+                panic!("round {round}: calls never answered: {lost:?}")
+            });
+            if reply.get("method").is_some() {
+                continue; // a notification (the child server's tools come and go)
+            }
+            let id = reply["id"].as_i64().expect("an id");
+            assert!(ids.contains(&id), "an answer to no call of this round: {reply}");
+            assert_eq!(reply["result"]["structuredContent"]["result"], "ok", "round {round}: {reply}");
+            assert!(answered.insert(id), "id {id} answered twice");
+        }
+        assert_ne!(worker_pid(&gm.log_path(), round + 1), worker);
+    }
+    gm.close_stdin();
+    assert_eq!(gm.wait_exit(TIMEOUT).and_then(|s| s.code()), Some(0));
+}
+
 #[test]
 fn a_host_on_sockets_as_node_gives_its_children_is_served_directly_across_a_death() {
     use std::io::{BufRead, Write};

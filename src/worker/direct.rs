@@ -31,8 +31,8 @@ pub struct DirectLines {
     buf: Vec<u8>,
     /// Set once stdin ended: the host left, and the session's end is its own.
     host_left: Rc<std::cell::Cell<bool>>,
-    /// Set once the session's writer stopped: the relay may be settling the journal for the
-    /// next worker, so nothing more is taken from stdin.
+    /// Set once the session's writer stopped (the relay may be settling the journal for the
+    /// next worker) or the worker began to stop: nothing more is taken from stdin.
     over: Rc<std::cell::Cell<bool>>,
 }
 
@@ -272,6 +272,19 @@ impl Handler<Written> for DirectWriter {
 pub struct DirectIo {
     pub lines: DirectLines,
     pub out: Addr<DirectWriter>,
+    pub leave: LeaveInput,
+}
+
+/// Tells a direct session's reader to take nothing more from the host's stdin: the worker is
+/// stopping, and what the host writes from now on is the next worker's to run (taken now, it
+/// could only be answered `worker_restarted`).
+#[derive(Clone)]
+pub struct LeaveInput(Rc<std::cell::Cell<bool>>);
+
+impl LeaveInput {
+    pub fn now(&self) {
+        self.0.set(true);
+    }
 }
 
 /// Opens a direct session from the descriptors its hello brought: the host's stdin, its
@@ -326,7 +339,8 @@ pub fn open(
         due: false,
         broken: false,
     };
-    Ok(DirectIo { lines, out: writer.start() })
+    let leave = LeaveInput(writer.over.clone());
+    Ok(DirectIo { lines, out: writer.start(), leave })
 }
 
 /// Reads the relay's lines on the socket for as long as it is there: its acknowledgements of

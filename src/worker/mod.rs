@@ -116,6 +116,8 @@ struct Session {
     /// A second descriptor of its connection, to see whether its relay has gone before the
     /// server has read the end (`None` for stdio).
     probe: Option<std::os::fd::OwnedFd>,
+    /// A direct session's reader of the host's stdin, told to stop taking when the worker stops.
+    leave: Option<direct::LeaveInput>,
 }
 
 impl Session {
@@ -183,6 +185,7 @@ impl Worker {
         hello: Hello,
         out: Recipient<SendLine>,
         probe: Option<std::os::fd::OwnedFd>,
+        leave: Option<direct::LeaveInput>,
         ctx: &mut Context<Self>,
     ) -> Result<Addr<Server>, String> {
         let stdio = probe.is_none();
@@ -257,7 +260,7 @@ impl Worker {
             direct: hello.direct,
         };
         let server = Server::new(self.app.clone(), conn, run, ctx.address(), stdio).start();
-        self.sessions.insert(session, Session { server: server.clone(), probe });
+        self.sessions.insert(session, Session { server: server.clone(), probe, leave });
         self.disarm_idle(ctx);
         Ok(server)
     }
@@ -345,9 +348,9 @@ impl Worker {
                         }
                     };
                     let differs = act.differences(&hello.worker);
-                    let SessionIo { lines, out, probe, pipes, control } = session;
+                    let SessionIo { lines, out, probe, pipes, control, leave } = session;
                     let direct = control.is_some();
-                    match act.open_session(hello, out, probe, ctx) {
+                    match act.open_session(hello, out, probe, leave, ctx) {
                         Ok(server) => {
                             let welcome = Welcome {
                                 protocol: hello::PROTOCOL,
@@ -502,6 +505,13 @@ impl Worker {
             return;
         }
         self.stopping = Some(stop);
+        // What the hosts of direct sessions write from now on waits on their stdin for the
+        // next worker, which runs it (the relay answers only the calls this one took).
+        for session in self.sessions.values() {
+            if let Some(leave) = &session.leave {
+                leave.now();
+            }
+        }
         self.disarm_idle(ctx);
         if let Some((_, socket)) = &self.spec.listener {
             let _ = std::fs::remove_file(socket);
@@ -549,6 +559,7 @@ struct SessionIo {
     pipes: bool,
     /// A direct session: the relay's lines on the socket, and the host's writer they concern.
     control: Option<(SocketLines, Addr<direct::DirectWriter>)>,
+    leave: Option<direct::LeaveInput>,
 }
 
 fn session_io(
@@ -572,6 +583,7 @@ fn session_io(
             probe: Some(probe),
             pipes: false,
             control: Some((control, io.out)),
+            leave: Some(io.leave),
         });
     }
     if !hello.pipes {
@@ -585,6 +597,7 @@ fn session_io(
             probe,
             pipes: false,
             control: None,
+            leave: None,
         });
     }
     // Nothing may follow a hello that brought pipes: the session speaks on them.
@@ -603,6 +616,7 @@ fn session_io(
         probe,
         pipes: true,
         control: None,
+        leave: None,
     })
 }
 
@@ -654,7 +668,7 @@ impl StreamHandler<std::io::Result<local::AsyncStream>> for Worker {
 impl Handler<OpenStdio> for Worker {
     type Result = Result<Addr<Server>, String>;
     fn handle(&mut self, msg: OpenStdio, ctx: &mut Context<Self>) -> Self::Result {
-        self.open_session(msg.hello, msg.out, None, ctx)
+        self.open_session(msg.hello, msg.out, None, None, ctx)
     }
 }
 
