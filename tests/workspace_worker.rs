@@ -521,3 +521,58 @@ print(json.dumps(out))
     // The host's own session was not disturbed.
     a.call_ok("next_context", json!({}));
 }
+
+/// A host that stops reading its answers holds a bounded part of the worker: once its session
+/// holds 8 MiB of unread answers, its further calls wait untaken on its own stdin while the
+/// other session is served; when it reads again, every call it wrote runs and is answered once.
+#[test]
+fn a_host_that_stops_reading_has_its_calls_wait_while_the_other_session_goes_on() {
+    let (_dir, _ws, mut a, mut b) = two_sessions(&[]);
+    let opened = b.events_of("session");
+    let a_session = opened.iter().find(|e| e["state"] == "opened").expect("a's session")["session"].clone();
+    // Calls of a's that ran (an `action` event each, written when the call ends).
+    let ran = |b: &mut Gm| b.events_of("action").iter().filter(|e| e["session"] == a_session).count();
+    let call = |id: usize| {
+        let code = format!("return 'x'.repeat(100000) + ':{id}';");
+        json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": { "name": "run_code", "arguments": { "code": code } } })
+    };
+    // Ten calls at a time, each answered with 200 KB (the text and the structured content),
+    // until the worker leaves some of them untaken: every call it takes runs.
+    let mut written = 0;
+    let taken = loop {
+        assert!(written < 400, "the worker took every call of a host that reads nothing");
+        for id in written..written + 10 {
+            a.send(&call(id));
+        }
+        written += 10;
+        let (mut last, mut still) = (usize::MAX, 0);
+        while still < 8 {
+            std::thread::sleep(Duration::from_millis(100));
+            let now = ran(&mut b);
+            still = if now == last { still + 1 } else { 0 };
+            last = now;
+            if now == written {
+                break;
+            }
+        }
+        if last < written {
+            break last;
+        }
+    };
+    // Some 40 answers (8 MiB) wait for the host, and the calls taken before the backlog filled.
+    assert!(taken >= 40, "only {taken} calls taken");
+    // The other session is served meanwhile.
+    burst(&mut b, 1000, 40, "b", false);
+    assert!(ran(&mut b) < written, "a's calls stay untaken while it reads nothing");
+    // The host reads again: each of its calls runs and is answered once.
+    let mut answered = HashSet::new();
+    while answered.len() < written {
+        let reply = a.recv(TIMEOUT).expect("every call is answered");
+        let id = reply["id"].as_i64().expect("an id") as usize;
+        let result = reply["result"]["structuredContent"]["result"].as_str().unwrap_or_else(|| panic!("{reply}"));
+        assert_eq!(result.len(), 100_000 + 1 + id.to_string().len());
+        assert!(result.ends_with(&format!(":{id}")), "{id}");
+        assert!(answered.insert(id), "{id} answered twice");
+    }
+    assert_eq!(ran(&mut b), written);
+}

@@ -23,6 +23,46 @@ use crate::relay::peek::{id_key, Peek};
 /// The line the relay writes on the socket once it has written a big answer to the host.
 pub const WRITTEN: &str = r#"{"gm":"written"}"#;
 
+/// The bytes of answers a session may hold for a host that does not read them before its
+/// reader stops taking the host's calls (they wait in the host's pipe, and its writes block).
+const BACKLOG_LIMIT: usize = 8 << 20;
+
+/// Answers waiting for the host: past the limit the session's reader takes nothing more from
+/// stdin until half of them are written, so a host that stops reading holds a bounded part of
+/// the worker's memory, and nothing is lost or refused: its calls run once it reads again.
+struct Backlog {
+    bytes: std::cell::Cell<usize>,
+    limit: usize,
+    drained: tokio::sync::Notify,
+}
+
+impl Backlog {
+    fn new(limit: usize) -> Self {
+        Self { bytes: std::cell::Cell::new(0), limit, drained: tokio::sync::Notify::new() }
+    }
+
+    fn full(&self) -> bool {
+        self.bytes.get() > self.limit
+    }
+
+    fn add(&self, n: usize) {
+        self.bytes.set(self.bytes.get() + n);
+    }
+
+    fn remove(&self, n: usize) {
+        let left = self.bytes.get().saturating_sub(n);
+        self.bytes.set(left);
+        if left <= self.limit / 2 {
+            self.drained.notify_one();
+        }
+    }
+
+    fn clear(&self) {
+        self.bytes.set(0);
+        self.drained.notify_one();
+    }
+}
+
 /// The host's lines, read from its stdin.
 pub struct DirectLines {
     input: local::HostInput,
@@ -34,6 +74,7 @@ pub struct DirectLines {
     /// Set once the session's writer stopped (the relay may be settling the journal for the
     /// next worker) or the worker began to stop: nothing more is taken from stdin.
     over: Rc<std::cell::Cell<bool>>,
+    backlog: Rc<Backlog>,
 }
 
 impl DirectLines {
@@ -41,6 +82,9 @@ impl DirectLines {
         loop {
             if let Some(m) = self.lines.next_ready() {
                 return m;
+            }
+            while self.backlog.full() {
+                self.backlog.drained.notified().await;
             }
             let n = match self.input.peek(&mut self.buf).await {
                 Ok(0) | Err(_) => {
@@ -96,6 +140,7 @@ pub struct DirectWriter {
     socket: Addr<SocketWriter>,
     socket_end: local::Half,
     queue: VecDeque<String>,
+    backlog: Rc<Backlog>,
     /// Whole lines about to be written, and the keys of the calls they answer.
     chunk: Vec<u8>,
     chunk_keys: Vec<String>,
@@ -148,6 +193,13 @@ impl DirectWriter {
     fn host_gone(&mut self) {
         self.broken = true;
         self.queue.clear();
+        self.backlog.clear();
+    }
+
+    fn pop_line(&mut self) -> Option<String> {
+        let line = self.queue.pop_front()?;
+        self.backlog.remove(line.len() + 1);
+        Some(line)
     }
 
     /// Moves queued lines into the chunk, up to the atomic size; a line too big for it goes
@@ -160,14 +212,14 @@ impl DirectWriter {
             let keys = answer_keys(line);
             if keys.is_none() {
                 // The answer to one of the relay's own lines (a replayed handshake).
-                self.queue.pop_front();
+                self.pop_line();
                 continue;
             }
             if line.len() + 1 > sys::ATOMIC_WRITE {
                 if !self.chunk.is_empty() {
                     break;
                 }
-                let Some(line) = self.queue.pop_front() else { break };
+                let Some(line) = self.pop_line() else { break };
                 self.with_relay = Some(keys.unwrap_or_default().join("\n"));
                 self.socket.do_send(SendLine(line));
                 return true;
@@ -175,7 +227,7 @@ impl DirectWriter {
             if self.chunk.len() + line.len() + 1 > sys::ATOMIC_WRITE {
                 break;
             }
-            let Some(line) = self.queue.pop_front() else { break };
+            let Some(line) = self.pop_line() else { break };
             self.chunk.extend_from_slice(line.as_bytes());
             self.chunk.push(b'\n');
             self.chunk_keys.extend(keys.unwrap_or_default());
@@ -192,9 +244,7 @@ impl DirectWriter {
         ctx.spawn(actix::fut::wrap_future(async move { out.writable().await }).map(|ready, act: &mut Self, ctx| {
             act.flushing = false;
             if ready.is_err() {
-                act.broken = true;
-                act.queue.clear();
-                return;
+                return act.host_gone();
             }
             act.write_all(ctx);
         }));
@@ -243,6 +293,7 @@ impl Handler<SendLine> for DirectWriter {
         if self.broken {
             return;
         }
+        self.backlog.add(msg.0.len() + 1);
         self.queue.push_back(msg.0);
         // Answers that finish together go out in one write (see SocketWriter).
         if self.due || self.flushing {
@@ -312,7 +363,9 @@ pub fn open(
     let out = local::Writer::as_is(stdout);
     let host_left = Rc::new(std::cell::Cell::new(false));
     let over = Rc::new(std::cell::Cell::new(false));
+    let backlog = Rc::new(Backlog::new(BACKLOG_LIMIT));
     let mut lines = DirectLines {
+        backlog: backlog.clone(),
         input,
         host_left: host_left.clone(),
         over: over.clone(),
@@ -332,6 +385,7 @@ pub fn open(
         socket,
         socket_end,
         queue: VecDeque::new(),
+        backlog,
         chunk: Vec::new(),
         chunk_keys: Vec::new(),
         with_relay: None,
