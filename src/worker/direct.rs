@@ -25,6 +25,8 @@ pub const WRITTEN: &str = r#"{"gm":"written"}"#;
 
 /// The bytes of answers a session may hold for a host that does not read them before its
 /// reader stops taking the host's calls (they wait in the host's pipe, and its writes block).
+/// A host must read while it writes with any stdio server (one that writes synchronously stops
+/// reading at the first full 64 KiB pipe); this one waits for 8 MiB.
 const BACKLOG_LIMIT: usize = 8 << 20;
 
 /// Answers waiting for the host: past the limit the session's reader takes nothing more from
