@@ -587,8 +587,13 @@ fn calls_written_while_a_stopping_worker_lingers_are_run_by_the_next_one() {
     let mut gm = Gm::start_in(&ws, &[], &[("HOME", home.to_str().expect("utf-8"))]);
     gm.ready();
     for round in 0..3 {
-        // The child server runs: the worker will wait for it when it stops.
-        assert!(gm.js("return (await gm.t_pid({})).structuredContent.pid").is_i64());
+        // The child server runs (a new worker starts it in the background): the worker will
+        // wait for it when it stops.
+        let deadline = Instant::now() + TIMEOUT;
+        while !gm.js("try { return (await gm.t_pid({})).structuredContent.pid; } catch (e) { return null; }").is_i64() {
+            assert!(Instant::now() < deadline, "the child server never came up");
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let worker = worker_pid(&gm.log_path(), round);
         let holder: Value =
             serde_json::from_slice(&std::fs::read(ws.join(".gm/worker.pid")).expect("worker.pid")).expect("JSON");
