@@ -452,8 +452,9 @@ mod tests {
         assert_eq!(id_key("123456789012345678901"), id_key("123456789012345678901.0"));
     }
 
-    /// Lines of every shape the hand-read way could meet, and each of them cut at every byte
-    /// (what a broken host writes): it agrees with serde on each, or leaves it to serde.
+    /// Lines of every shape the hand-read way could meet, each of them cut at every byte (what
+    /// a broken host writes) and with each byte changed: it agrees with serde on every one, or
+    /// leaves it to serde.
     #[test]
     fn the_hand_read_peek_agrees_with_serde_on_every_line() {
         let whole: Vec<String> = [
@@ -498,6 +499,18 @@ mod tests {
         for line in &lines {
             if let Some(fast) = fast::of(line.as_bytes()) {
                 assert_eq!(fast, Peek::of_slowly(line.as_bytes()), "{line}");
+            }
+        }
+        // And each with one byte changed, at every place, to what JSON turns on.
+        for line in &whole {
+            for at in 0..line.len() {
+                for b in [b'"', b'\\', b'{', b'}', b',', b':', b' ', b'0', b'7', b'-', b'.', b'e', b'a', 0x01, 0xc3] {
+                    let mut bytes = line.clone().into_bytes();
+                    bytes[at] = b;
+                    if let Some(fast) = fast::of(&bytes) {
+                        assert_eq!(fast, Peek::of_slowly(&bytes), "{}", String::from_utf8_lossy(&bytes));
+                    }
+                }
             }
         }
         // The lines hosts and gm write are read by hand.
