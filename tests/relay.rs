@@ -114,19 +114,31 @@ fn race_a_death(gm: &mut Gm, worker: usize, first_id: i64, signal: i32) {
     for id in &ids {
         gm.send(&json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": { "name": "run_code", "arguments": { "code": "return 'ok';" } } }));
     }
-    let mut answered = std::collections::BTreeMap::new();
-    while answered.len() < ids.len() {
-        let reply = gm.recv(TIMEOUT).expect("every call is answered");
-        let id = reply["id"].as_i64().expect("an id");
-        assert!(ids.contains(&id), "an answer to no call of this round: {reply}");
-        let outcome = match &reply["result"]["structuredContent"] {
-            c if c["result"] == "ok" => "ok".to_string(),
-            c => c["error"]["code"].as_str().unwrap_or("?").to_string(),
-        };
-        assert!(answered.insert(id, outcome.clone()).is_none(), "id {id} answered twice");
-        assert!(outcome == "ok" || outcome == "worker_restarted", "{reply}");
+    for (id, content) in answers_once(gm, &ids) {
+        let restarted = content["error"]["code"] == "worker_restarted";
+        assert!(content["result"] == "ok" || restarted, "{id}: {content}");
     }
     assert_eq!(gm.js("return 'after';"), "after");
+}
+
+/// The answers to `ids`, each call's structured content: every call answered exactly once,
+/// no answer to any other call (notifications are skipped).
+fn answers_once(gm: &mut Gm, ids: &[i64]) -> std::collections::BTreeMap<i64, Value> {
+    let mut answered = std::collections::BTreeMap::new();
+    while answered.len() < ids.len() {
+        let reply = gm.recv(TIMEOUT).unwrap_or_else(|| {
+            let lost: Vec<_> = ids.iter().filter(|id| !answered.contains_key(*id)).collect();
+            panic!("calls never answered: {lost:?}")
+        });
+        if reply.get("method").is_some() {
+            continue;
+        }
+        let id = reply["id"].as_i64().expect("an id");
+        assert!(ids.contains(&id), "an answer to no call of this round: {reply}");
+        let content = reply["result"]["structuredContent"].clone();
+        assert!(answered.insert(id, content).is_none(), "id {id} answered twice");
+    }
+    answered
 }
 
 #[test]
@@ -612,19 +624,8 @@ fn calls_written_while_a_stopping_worker_lingers_are_run_by_the_next_one() {
             gm.send(&json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": { "name": "run_code", "arguments": { "code": "return 'ok';" } } }));
             std::thread::sleep(Duration::from_millis(5));
         }
-        let mut answered = std::collections::BTreeSet::new();
-        while answered.len() < ids.len() {
-            let reply = gm.recv(TIMEOUT).unwrap_or_else(|| {
-                let lost: Vec<_> = ids.iter().filter(|id| !answered.contains(*id)).collect();
-                panic!("round {round}: calls never answered: {lost:?}")
-            });
-            if reply.get("method").is_some() {
-                continue; // a notification (the child server's tools come and go)
-            }
-            let id = reply["id"].as_i64().expect("an id");
-            assert!(ids.contains(&id), "an answer to no call of this round: {reply}");
-            assert_eq!(reply["result"]["structuredContent"]["result"], "ok", "round {round}: {reply}");
-            assert!(answered.insert(id), "id {id} answered twice");
+        for (id, content) in answers_once(&mut gm, &ids) {
+            assert_eq!(content["result"], "ok", "round {round}, call {id}: {content}");
         }
         assert_ne!(worker_pid(&gm.log_path(), round + 1), worker);
     }
