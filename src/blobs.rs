@@ -100,7 +100,8 @@ impl Blobs {
             return Ok(digest);
         }
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
+            // Made, or checked, without following a link a repository put in its place.
+            gm_actors::state_file::open_own_folder(dir)?;
         }
         gm_actors::fs::replace(&path, bytes)?;
         Ok(digest)

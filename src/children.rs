@@ -90,6 +90,9 @@ pub struct Children {
     /// Where approvals are kept; why not, when there is no home.
     store: Result<TrustStore, String>,
     launcher: Option<Launcher>,
+    /// The entries of the config last applied, by name: what [`Children::reconfigure`]
+    /// compares a config read again with.
+    applied: Mutex<HashMap<String, Named>>,
 }
 
 /// Why [`Children::approve`] did not start a server.
@@ -120,6 +123,7 @@ impl Children {
             waiting: Mutex::default(),
             store: Err("the one-shot CLI starts no child servers".into()),
             launcher: None,
+            applied: Mutex::default(),
         })
     }
 
@@ -163,6 +167,7 @@ impl Children {
                 events: ChildEvents { children: me.clone() }.start().recipient(),
                 depth,
             }),
+            applied: Mutex::new(config.servers.iter().map(|n| (n.name.clone(), n.clone())).collect()),
         });
         if at_depth_limit {
             if config.servers.iter().any(|s| !s.entry.disabled) {
@@ -174,20 +179,90 @@ impl Children {
             return children;
         }
         for named in &config.servers {
-            if trust::needs_consent(named) {
-                let pending = trust::Pending::of(named, workspace);
-                match children.is_approved(&pending) {
-                    Ok(true) => {}
-                    not => {
-                        children.log_untrusted(&pending, not.err());
-                        lock(&children.waiting).insert(named.name.clone(), Waiting { named: named.clone(), pending });
-                        continue;
-                    }
-                }
-            }
-            children.launch(named);
+            children.admit(named);
         }
         children
+    }
+
+    /// Starts a server the config names, or, for a workspace server the user has not
+    /// approved in this exact form, puts it with the waiting ones.
+    fn admit(self: &Arc<Self>, named: &Named) {
+        if trust::needs_consent(named) {
+            let pending = trust::Pending::of(named, &self.workspace);
+            match self.is_approved(&pending) {
+                Ok(true) => {}
+                not => {
+                    self.log_untrusted(&pending, not.err());
+                    lock(&self.waiting).insert(named.name.clone(), Waiting { named: named.clone(), pending });
+                    return;
+                }
+            }
+        }
+        self.launch(named);
+    }
+
+    /// Applies a config read again while the worker runs (a layer was edited): a server whose
+    /// entry went is stopped; one whose entry changed is stopped and admitted again (a
+    /// workspace entry waits for approval of its new form); a new one is admitted. Each change
+    /// is an `mcp-server` event, and the sessions hear that the tools changed.
+    pub fn reconfigure(self: &Arc<Self>, config: &Config) {
+        if self.launcher.is_none() {
+            return;
+        }
+        for p in &config.problems {
+            self.log("mcp-config", json!({ "file": p.file, "problem": p.why }));
+        }
+        let wanted: HashMap<String, Named> = config.servers.iter().map(|n| (n.name.clone(), n.clone())).collect();
+        let before = std::mem::replace(&mut *lock(&self.applied), wanted.clone());
+        let mut changed = false;
+        for (name, old) in &before {
+            let state = match wanted.get(name) {
+                None => "removed",
+                Some(new) if new.entry != old.entry || new.layer != old.layer => "changed",
+                Some(_) => continue,
+            };
+            let stopped = lock(&self.servers).remove(name);
+            let was_waiting = lock(&self.waiting).remove(name).is_some();
+            if let Some(server) = &stopped {
+                server.client.do_send(Stop);
+            }
+            self.log("mcp-server", json!({ "name": name, "state": state, "from": old.from, "stopped": stopped.is_some(), "wasWaiting": was_waiting }));
+            changed = true;
+        }
+        let mut names: Vec<&String> = wanted.keys().collect();
+        names.sort();
+        for name in names {
+            let new = &wanted[name];
+            if before.get(name).is_some_and(|old| old.entry == new.entry && old.layer == new.layer) {
+                continue;
+            }
+            self.admit(new);
+            changed = true;
+        }
+        if changed {
+            self.offered_changed();
+        }
+    }
+
+    /// The approvals file, when there is a home to keep it in.
+    pub fn approvals_file(&self) -> Option<PathBuf> {
+        self.store.as_ref().ok().map(TrustStore::path)
+    }
+
+    /// Starts the waiting servers the user has approved since (with `gm trust`, in another
+    /// terminal): called when the approvals file changes.
+    pub fn recheck_approvals(self: &Arc<Self>) {
+        let approved: Vec<String> = lock(&self.waiting)
+            .values()
+            .filter(|w| self.is_approved(&w.pending) == Ok(true))
+            .map(|w| w.named.name.clone())
+            .collect();
+        for name in &approved {
+            self.start_approved(name, "gm-trust");
+        }
+        if !approved.is_empty() {
+            self.offered_changed();
+        }
     }
 
     /// Whether the user approved this exact entry (read from the store each time: `gm trust`

@@ -33,6 +33,9 @@ struct CodeCallFields<'a> {
     body: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<&'a Value>,
+    /// Files outside the workspace written through a link (see `Ctx::wrote_through_link`).
+    #[serde(rename = "wroteOutside", skip_serializing_if = "<[String]>::is_empty")]
+    wrote_outside: &'a [String],
 }
 
 pub struct Host {
@@ -123,17 +126,17 @@ impl JsHost for Host {
             let started = Instant::now();
             let child =
                 if verbs::find(&name).is_some() { Ok(None) } else { child_tool(&ctx, &name, consent.as_ref()).await };
-            let (result, in_flight, child) = match child {
+            let (result, in_flight, child, wrote_outside) = match child {
                 Ok(None) => {
                     let called = verbs::call(ctx.clone(), &name, &args).await;
-                    (called.result, called.in_flight, None)
+                    (called.result, called.in_flight, None, called.wrote_outside)
                 }
                 Ok(Some(tool)) => {
                     let (result, in_flight) = call_child(&ctx, &tool, &args).await;
-                    (result, in_flight, Some(tool))
+                    (result, in_flight, Some(tool), Vec::new())
                 }
                 // Cancelled while its server started, or the server could not start.
-                Err(e) => (Err(e), 0, None),
+                Err(e) => (Err(e), 0, None, Vec::new()),
             };
             let result = result.map_err(|e| match e {
                 // A name no verb or tool has may belong to a child server that did not start,
@@ -154,6 +157,7 @@ impl JsHost for Host {
                     in_flight,
                     body,
                     error: result.as_ref().err().and_then(|e| e.get("code")),
+                    wrote_outside: &wrote_outside,
                 };
                 ctx.log(secrets.log_event("code-call", &fields));
             }

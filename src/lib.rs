@@ -11,6 +11,7 @@ pub mod bench;
 pub mod blobs;
 pub mod child_groups;
 pub mod children;
+pub mod config_watch;
 pub mod dist;
 pub mod docs;
 pub mod git;

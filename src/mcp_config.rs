@@ -182,6 +182,15 @@ pub fn load(workspace: &Path, named: Option<&Path>) -> Result<Config, ConfigErro
     Ok(config)
 }
 
+/// The files [`load`] reads, whether or not they exist now (one made later counts): the
+/// shipped defaults, the workspace's `.gm/mcp.json`, the user's `--mcp-config`.
+pub fn layer_files(workspace: &Path, named: Option<&Path>) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = defaults_file().into_iter().collect();
+    files.push(workspace.join(".gm/mcp.json"));
+    files.extend(named.map(Path::to_owned));
+    files
+}
+
 enum Source {
     Embedded,
     File(PathBuf),

@@ -25,9 +25,17 @@ pub fn new_run_id() -> String {
     format!("{stamp}-{}", &id[..8])
 }
 
-/// A session id: `s-` and the UTC time the relay started, plus a random suffix.
+/// A session id: `s-`, the UTC time the session started, and 128 random bits in hex. Over
+/// HTTP it is the `Mcp-Session-Id` a client names its session by, so it must not be guessable
+/// (a run id's 32 bits are not enough); 51 characters, within [`valid_session_id`]'s 64.
 pub fn new_session_id() -> String {
-    format!("s-{}", new_run_id())
+    let now = time::OffsetDateTime::now_utc();
+    let stamp =
+        now.format(time::macros::format_description!("[year][month][day]T[hour][minute][second]Z")).unwrap_or_default();
+    // A v4 uuid is 122 random bits from the OS and 6 fixed ones (version, variant); a second
+    // one turned half-way round puts random bits over the first's fixed ones: 128 in all.
+    let random = uuid::Uuid::new_v4().as_u128() ^ uuid::Uuid::new_v4().as_u128().rotate_left(64);
+    format!("s-{stamp}-{random:032x}")
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -4,23 +4,94 @@
 //!
 //! The file is `NAME=value` lines (`#` comments, blank lines, optional `export ` and quotes).
 //! It is re-read when it changes, so a new secret needs no restart.
+//!
+//! The file is the user's, never the repository's: it is used only when it is a regular file
+//! of this user's (not a link), writable by nobody else, and not tracked or staged by git (a
+//! committed `secrets.env` is a stranger's). Even then, a variable that changes how programs
+//! start (`BASH_ENV`, `LD_PRELOAD`, `PATH`, ... — [`STARTUP_VARIABLES`]) is not given to
+//! shells: one line would run code in every `run_shell`. Its value is still masked. Each
+//! refusal is a `secrets` event saying why.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+use actix::Addr;
 use gm_actors::capture::Redactor;
-use gm_actors::log_writer::Event;
+use gm_actors::log_writer::{Event, LogWriter};
+use gm_actors::state_file::{self, How};
 use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
 const RECHECK: Duration = Duration::from_millis(500);
 
+/// Variables a secrets file may not set, because they change how programs start or what they
+/// load: a shell's startup file and options, the dynamic loader, the search path for programs,
+/// and the interpreters' and git's hooks for running code. A name ending in `*` is a prefix.
+/// Compared without regard to case (npm reads `npm_config_*` too).
+pub const STARTUP_VARIABLES: &[&str] = &[
+    "BASH_ENV",
+    "ENV",
+    "BASH_FUNC_*",
+    "PROMPT_COMMAND",
+    "PS4",
+    "SHELLOPTS",
+    "BASHOPTS",
+    "IFS",
+    "CDPATH",
+    "GLOBIGNORE",
+    "ZDOTDIR",
+    "HOME",
+    "LD_*",
+    "DYLD_*",
+    "GCONV_PATH",
+    "PATH",
+    "NODE_OPTIONS",
+    "NODE_PATH",
+    "NPM_CONFIG_*",
+    "PYTHONSTARTUP",
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "PYTHONUSERBASE",
+    "PERL5OPT",
+    "PERL5LIB",
+    "PERLLIB",
+    "RUBYOPT",
+    "RUBYLIB",
+    "GIT_*",
+    "JAVA_TOOL_OPTIONS",
+    "_JAVA_OPTIONS",
+    "JDK_JAVA_OPTIONS",
+    "RUSTC_WRAPPER",
+    "RUSTC_WORKSPACE_WRAPPER",
+    "CARGO_BUILD_RUSTC_WRAPPER",
+    "PAGER",
+    "EDITOR",
+    "VISUAL",
+    "LESSOPEN",
+    "LESSCLOSE",
+    "SSH_ASKPASS",
+    "SUDO_ASKPASS",
+];
+
+/// Whether `name` is one of [`STARTUP_VARIABLES`].
+pub fn changes_how_programs_start(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    STARTUP_VARIABLES.iter().any(|v| match v.strip_suffix('*') {
+        Some(prefix) => upper.starts_with(prefix),
+        None => upper == *v,
+    })
+}
+
 #[derive(Debug, Default)]
 pub struct Secrets {
+    /// What shells and jobs are given.
     pub pairs: Vec<(String, String)>,
+    /// Masks every value of the file, the refused variables' too.
     pub redactor: Redactor,
+    /// Variables of the file that were not given to shells ([`STARTUP_VARIABLES`]).
+    pub refused: Vec<String>,
 }
 
 impl Secrets {
@@ -46,7 +117,8 @@ impl Secrets {
             })
             .collect();
         let redactor = Redactor::new(&pairs);
-        Self { pairs, redactor }
+        let (refused, pairs): (Vec<_>, Vec<_>) = pairs.into_iter().partition(|(k, _)| changes_how_programs_start(k));
+        Self { pairs, redactor, refused: refused.into_iter().map(|(k, _)| k).collect() }
     }
 
     pub fn names(&self) -> Vec<&str> {
@@ -95,21 +167,101 @@ impl Secrets {
     }
 }
 
-/// The workspace's secrets, re-read when the file changes (looked at twice a second at most).
+/// The workspace's secrets, re-read when the file changes (looked at twice a second at most),
+/// or when git's index does (the file may have become tracked).
 pub struct SecretsFile {
     path: PathBuf,
+    workspace: PathBuf,
+    log: Option<Addr<LogWriter>>,
     cache: Mutex<Cached>,
 }
 
 struct Cached {
     checked: Option<Instant>,
-    modified: Option<SystemTime>,
+    stamp: Option<Stamp>,
     secrets: Arc<Secrets>,
 }
 
+/// The file's modification time, size, permission bits, identity, and whether it is a link.
+type FileStamp = (SystemTime, u64, Option<u32>, Option<(u64, u64)>, bool);
+
+/// What a change of the file, or of its standing, changes.
+#[derive(Debug, PartialEq)]
+struct Stamp {
+    file: Option<FileStamp>,
+    index: Option<SystemTime>,
+}
+
+/// Why a secrets file was not used.
+#[derive(Debug, PartialEq)]
+enum Verdict {
+    Missing,
+    Used(String),
+    Refused(String),
+}
+
 impl SecretsFile {
-    pub fn new(path: PathBuf) -> Self {
-        Self { path, cache: Mutex::new(Cached { checked: None, modified: None, secrets: Arc::default() }) }
+    /// `path` is `<workspace>/.gm/secrets.env`; refusals and refused variables go to `log`.
+    pub fn new(path: PathBuf, workspace: PathBuf, log: Option<Addr<LogWriter>>) -> Self {
+        Self { path, workspace, log, cache: Mutex::new(Cached { checked: None, stamp: None, secrets: Arc::default() }) }
+    }
+
+    fn stamp(&self) -> Stamp {
+        let file = std::fs::symlink_metadata(&self.path).ok().map(|m| {
+            let modified = m.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+            let (bits, identity) = (gm_actors::sys::permission_bits(&m), gm_actors::sys::file_identity(&m));
+            (modified, m.len(), bits, identity, m.file_type().is_symlink())
+        });
+        let index = crate::git::git_dir(&self.workspace)
+            .and_then(|d| std::fs::metadata(d.join("index")).ok())
+            .and_then(|m| m.modified().ok());
+        Stamp { file, index }
+    }
+
+    /// Reads the file if it may be used: what shells get, and what to say about it.
+    fn load(&self) -> (Secrets, Verdict) {
+        let file = match state_file::open_own(&self.path, How::READ) {
+            Ok(f) => f,
+            Err(e) if e.is_not_found() => return (Secrets::default(), Verdict::Missing),
+            Err(e) => return (Secrets::default(), Verdict::Refused(e.to_string())),
+        };
+        let mode = file.metadata().ok().and_then(|m| gm_actors::sys::permission_bits(&m)).unwrap_or(0);
+        if mode & 0o022 != 0 {
+            return (
+                Secrets::default(),
+                Verdict::Refused(format!(
+                    "it may be written by other users (mode {mode:04o}): `chmod 600 {}` if it is yours",
+                    self.path.display()
+                )),
+            );
+        }
+        match tracked(&self.workspace, &self.path) {
+            Ok(false) => {}
+            Ok(true) => {
+                return (
+                    Secrets::default(),
+                    Verdict::Refused(
+                        "git tracks it (or has it staged): a repository's file is not the user's; \
+                         `git rm --cached .gm/secrets.env` and write your own"
+                            .into(),
+                    ),
+                )
+            }
+            Err(e) => {
+                return (Secrets::default(), Verdict::Refused(format!("cannot ask git whether it is tracked: {e}")))
+            }
+        }
+        let mut text = String::new();
+        if let Err(e) = std::io::Read::read_to_string(&mut &file, &mut text) {
+            return (Secrets::default(), Verdict::Refused(format!("cannot read it: {e}")));
+        }
+        let secrets = Secrets::parse(&text);
+        let said = if secrets.refused.is_empty() {
+            String::new()
+        } else {
+            format!("not given to shells, as they change how programs start: {}", secrets.refused.join(", "))
+        };
+        (secrets, Verdict::Used(said))
     }
 
     pub fn path(&self) -> &Path {
@@ -122,13 +274,29 @@ impl SecretsFile {
             return c.secrets.clone();
         }
         c.checked = Some(Instant::now());
-        let modified = std::fs::metadata(&self.path).and_then(|m| m.modified()).ok();
-        if modified != c.modified {
-            c.modified = modified;
-            let text = std::fs::read_to_string(&self.path).unwrap_or_default();
-            c.secrets = Arc::new(Secrets::parse(&text));
+        let stamp = self.stamp();
+        if c.stamp.as_ref() != Some(&stamp) {
+            c.stamp = Some(stamp);
+            let (secrets, verdict) = self.load();
+            self.tell(&verdict, &secrets);
+            c.secrets = Arc::new(secrets);
         }
         c.secrets.clone()
+    }
+
+    /// A `secrets` event for a refused file or refused variables (nothing for a plain load).
+    fn tell(&self, verdict: &Verdict, secrets: &Secrets) {
+        let Some(log) = &self.log else { return };
+        let fields = match verdict {
+            Verdict::Refused(why) => {
+                serde_json::json!({ "state": "refused", "file": ".gm/secrets.env", "why": why })
+            }
+            Verdict::Used(why) if !secrets.refused.is_empty() => serde_json::json!({
+                "state": "loaded", "file": ".gm/secrets.env", "refusedVariables": secrets.refused, "why": why,
+            }),
+            _ => return,
+        };
+        log.do_send(Event::new("secrets", fields));
     }
 
     /// Whether `path` names the secrets file. Only a path named `secrets.env` is resolved (so
@@ -149,6 +317,19 @@ impl SecretsFile {
             _ => path == self.path,
         }
     }
+}
+
+/// Whether git's index holds `path` (tracked, or staged to be): false outside a repository.
+fn tracked(workspace: &Path, path: &Path) -> Result<bool, git2::Error> {
+    let repo = match git2::Repository::discover(workspace) {
+        Ok(r) => r,
+        Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    let Some(root) = repo.workdir() else { return Ok(false) };
+    let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_owned());
+    let Ok(rel) = path.strip_prefix(&root) else { return Ok(false) };
+    Ok(repo.index()?.get_path(rel, 0).is_some())
 }
 
 #[cfg(test)]

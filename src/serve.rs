@@ -72,6 +72,8 @@ pub enum ServeError {
     Socket(std::io::Error),
     #[error("cannot open the session: {0}")]
     Session(String),
+    #[error(transparent)]
+    State(#[from] gm_actors::state_file::StateFileError),
 }
 
 pub fn workspace(path: &Path) -> Result<PathBuf, ServeError> {
@@ -169,8 +171,7 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
     // A config the user named must be there; the other layers only say what is wrong.
     let mcp_config = mcp_config::load(&workspace, opts.mcp_config.as_deref())?;
     let files = Files::of(&workspace);
-    std::fs::create_dir_all(&files.state_dir)
-        .map_err(|source| ServeError::Workspace { path: files.state_dir.clone(), source })?;
+    files.check()?;
     let life = take_life_lock(&files, opts.mode)?;
     let socket_path = paths::socket_path(&workspace).map_err(ServeError::Socket)?;
     // Holding the life lock, any socket at this path is a dead worker's.
@@ -196,7 +197,7 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
             search: start_search(&workspace, &state_dir, &watcher, Some(log.clone())),
             calls: start_calls(&workspace, &state_dir, &watcher),
             workspace: workspace.clone().into(),
-            secrets: Arc::new(SecretsFile::new(state_dir.join("secrets.env"))),
+            secrets: Arc::new(SecretsFile::new(state_dir.join("secrets.env"), workspace.clone(), Some(log.clone()))),
             state_dir: state_dir.clone().into(),
             locks: FileLocks::default().start(),
             log: Some(log.clone()),
@@ -208,6 +209,8 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
                 crate::verbs::find(name).is_some()
             }),
         });
+        // The worker outlives sessions: config edits and approvals reach the running servers.
+        crate::config_watch::follow(ctx.children.clone(), workspace.clone(), opts.mcp_config.clone());
         log.do_send(Event::new(
             "start",
             json!({
@@ -312,7 +315,7 @@ const LIFE_LOCK_WAIT: Duration = Duration::from_secs(30);
 fn take_life_lock(files: &Files, mode: Mode) -> Result<std::fs::File, ServeError> {
     let deadline = std::time::Instant::now() + LIFE_LOCK_WAIT;
     loop {
-        match sys::lock_file(&files.life_lock, false) {
+        match gm_actors::state_file::lock(&files.life_lock, false) {
             Ok(Some(file)) => return Ok(file),
             Ok(None) if mode != Mode::Stdio && std::time::Instant::now() < deadline => {
                 std::thread::sleep(Duration::from_millis(20));
@@ -325,7 +328,7 @@ fn take_life_lock(files: &Files, mode: Mode) -> Result<std::fs::File, ServeError
                     pid: holder.as_ref().and_then(|h| h["pid"].as_u64()),
                 });
             }
-            Err(e) => return Err(ServeError::Workspace { path: files.life_lock.clone(), source: e }),
+            Err(e) => return Err(e.into()),
         }
     }
 }
@@ -350,7 +353,7 @@ fn write_life_lock(life: &std::fs::File, id: &str, socket: &Path) {
 fn signal_ready(files: &Files) {
     use std::os::fd::AsFd;
     let ready = std::io::stdout().as_fd().try_clone_to_owned().map(std::fs::File::from);
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(&files.worker_log);
+    let log = gm_actors::state_file::open_own(&files.worker_log, gm_actors::state_file::How::APPEND);
     if let Ok(log) = &log {
         let _ = sys::detach_stdio(log);
     }
@@ -364,12 +367,13 @@ pub fn run_verb(workspace_dir: &Path, name: &str, args: Value) -> Result<Value, 
     let workspace =
         workspace(workspace_dir).map_err(|e| json!({ "code": "invalid_args", "message": e.to_string() }))?;
     let system = System::new();
+    Files::of(&workspace).check().map_err(|e| json!({ "code": "refused", "message": e.to_string() }))?;
     system.block_on(async move {
         let state_dir = workspace.join(".gm");
         let ctx = Ctx::new(Shared {
             search: start_search(&workspace, &state_dir, &Watcher::off("the one-shot CLI does not watch"), None),
             calls: start_calls(&workspace, &state_dir, &Watcher::off("the one-shot CLI does not watch")),
-            secrets: Arc::new(SecretsFile::new(state_dir.join("secrets.env"))),
+            secrets: Arc::new(SecretsFile::new(state_dir.join("secrets.env"), workspace.clone(), None)),
             jobs: Jobs::new(state_dir.join("jobs")).start(),
             state_dir: state_dir.clone().into(),
             workspace: workspace.into(),

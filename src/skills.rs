@@ -46,6 +46,10 @@ pub struct SkillFile {
     pub size: u64,
     /// `sha256:<hex>` of the file's bytes.
     pub digest: String,
+    /// A SKILL.md's frontmatter `name` and `description`: its resource is listed under them
+    /// (SEP-2640). `None` for other files, and for a SKILL.md whose frontmatter lacks them.
+    pub name: Option<String>,
+    pub description: Option<String>,
 }
 
 impl Skills {
@@ -145,12 +149,19 @@ impl Skills {
 
 fn entry(rel: &str, bytes: &[u8]) -> SkillFile {
     let (skill, file) = rel.split_once('/').unwrap_or((rel, ""));
+    let front = match file {
+        "SKILL.md" => frontmatter(&String::from_utf8_lossy(bytes)),
+        _ => Value::Null,
+    };
+    let field = |key: &str| front.get(key).and_then(Value::as_str).filter(|v| !v.is_empty()).map(str::to_owned);
     SkillFile {
         uri: format!("skill://{rel}"),
         skill: skill.into(),
         file: file.into(),
         size: bytes.len() as u64,
         digest: format!("sha256:{:x}", Sha256::digest(bytes)),
+        name: field("name"),
+        description: field("description"),
     }
 }
 
@@ -266,5 +277,17 @@ mod tests {
         assert_eq!(files.len(), 3);
         assert!(files.iter().all(|f| f.digest.starts_with("sha256:") && f.digest.len() == 71));
         assert_eq!(s.names(), ["gm", "gm-continue"]);
+    }
+
+    #[test]
+    fn a_skill_md_is_named_and_described_by_its_frontmatter() {
+        let files = Skills { dir: None }.files();
+        let gm = files.iter().find(|f| f.uri == "skill://gm/SKILL.md").expect("gm");
+        let front = frontmatter(EMBEDDED[0].1);
+        assert_eq!(gm.name.as_deref(), front["name"].as_str());
+        assert_eq!(gm.description.as_deref(), front["description"].as_str());
+        assert!(gm.description.as_deref().is_some_and(|d| !d.is_empty()));
+        let workflows = files.iter().find(|f| f.file == "WORKFLOWS.md").expect("workflows");
+        assert_eq!((workflows.name.as_deref(), workflows.description.as_deref()), (None, None));
     }
 }

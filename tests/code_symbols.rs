@@ -108,7 +108,7 @@ fn symbols_finds_definitions_by_exact_name_prefix_and_identifier_parts_across_la
     );
     assert_eq!(r["symbols"][1]["signature"], "pub struct UserCache;");
     assert_eq!((r["symbols"][0]["line"].as_u64(), r["symbols"][0]["endLine"].as_u64()), (Some(1), Some(3)));
-    let r = gm.call_ok("symbols", json!({ "query": "user name", "kind": "function", "path": "web" }));
+    let r = gm.call_ok("symbols", json!({ "query": "user name", "kind": "function", "under": "web" }));
     assert_eq!(found(&r), ["function GetUserName web/users.go:3 parts"], "{r}");
     let r = gm.call_ok("symbols", json!({ "query": "UserCache.user_name" }));
     assert_eq!(found(&r), ["method UserCache.user_name users/src/lib.rs:4 exact"], "{r}");
@@ -124,7 +124,14 @@ fn symbols_finds_definitions_by_exact_name_prefix_and_identifier_parts_across_la
 fn symbols_outlines_a_file_in_pages_keeping_the_nesting() {
     let dir = polyglot();
     let mut gm = serve(dir.path(), &["--surface", "tools"]);
-    let r = gm.call_ok("symbols", json!({ "file": "users/src/lib.rs" }));
+    let r = gm.call_ok("symbols", json!({ "path": "users/src/lib.rs" }));
+    // The name every other file verb uses and the older `file` give the same outline, also
+    // from a run_code body.
+    assert_eq!(gm.call_ok("symbols", json!({ "file": "users/src/lib.rs" })), r);
+    let mut code = serve(dir.path(), &[]);
+    code.read_skill();
+    let body = code.call_ok("run_code", json!({ "code": "return await gm.symbols({ path: 'users/src/lib.rs' })" }));
+    assert_eq!(body["result"], r, "{body}");
     assert_eq!(
         r["symbols"],
         json!([
@@ -154,8 +161,10 @@ fn symbols_refuses_bad_arguments_with_a_clear_error_and_writes_nothing() {
     std::fs::write(d.join("blob.py"), [0xff, 0xfe, 0x00, 0x41]).expect("write");
     let mut gm = serve(d, &["--surface", "tools"]);
     for (args, code, says) in [
-        (json!({}), "invalid_args", "either file"),
+        (json!({}), "invalid_args", "give path"),
         (json!({ "file": "web/users.go", "query": "x" }), "invalid_args", "not both"),
+        (json!({ "path": "web/users.go", "query": "x" }), "invalid_args", "under narrows"),
+        (json!({ "path": "web/users.go", "file": "users/src/lib.rs" }), "invalid_args", "give one"),
         (json!({ "query": "  " }), "invalid_args", "empty"),
         (json!({ "query": "x", "kind": "widget" }), "invalid_args", "kind 'widget'"),
         (json!({ "file": "web/users.go", "kind": "function" }), "invalid_args", "narrow a query"),

@@ -32,20 +32,7 @@ struct Front {
 
 impl Front {
     fn start(workspace: &Path, args: &[&str], env: &[(&str, &str)]) -> Front {
-        let mut cmd = gm_command();
-        cmd.args(["serve", "--http", "127.0.0.1:0"]).args(args).current_dir(workspace);
-        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().expect("gm serve --http starts");
-        let stderr = child.stderr.take().expect("stderr");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
+        let (child, rx) = common::spawn_http_front(workspace, args, env);
         let (mut url, mut login) = (None, None);
         while url.is_none() || login.is_none() {
             let line = rx.recv_timeout(TIMEOUT).expect("gm prints where it listens");
@@ -175,13 +162,7 @@ impl Front {
     }
 
     fn stop(mut self) {
-        // SAFETY: kill(2) on the child this test started.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + TIMEOUT;
-        while self.child.try_wait().ok().flatten().is_none() {
-            assert!(Instant::now() < deadline, "the front did not stop");
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        common::stop_http_front(&mut self.child);
         assert!(!self.workspace.join(".gm/http.json").exists(), "http.json is removed at the exit");
         if self.workspace.join(".gm/worker.pid").exists()
             && gm_actors::sys::is_locked(&self.workspace.join(".gm/worker.pid"))
@@ -584,21 +565,30 @@ fn stateless(front: &Front, id: i64, method: &str, params: Value) -> (StatusCode
     (status, r.json().expect("JSON"))
 }
 
-/// The request [`stateless`] sends, made with `client`.
+/// The request [`stateless`] sends, made with `client`: the revision's headers mirror the
+/// method and, for a tools/call, prompts/get or resources/read, the name it names (SEP-2243).
 fn stateless_request(front: &Front, client: &Client, id: i64, method: &str, mut params: Value) -> RequestBuilder {
+    let named = match method {
+        "tools/call" | "prompts/get" => params.get("name").and_then(Value::as_str).map(str::to_owned),
+        "resources/read" => params.get("uri").and_then(Value::as_str).map(str::to_owned),
+        _ => None,
+    };
     params["_meta"] = json!({
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientCapabilities": {},
     });
     let body = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
-    client
+    let mut req = client
         .post(&front.url)
         .bearer_auth(&front.token)
         .header("accept", "application/json, text/event-stream")
         .header("content-type", "application/json")
         .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", method)
-        .body(body.to_string())
+        .header("mcp-method", method);
+    if let Some(name) = named {
+        req = req.header("mcp-name", name);
+    }
+    req.body(body.to_string())
 }
 
 #[test]

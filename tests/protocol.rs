@@ -277,6 +277,33 @@ fn resources_prompts_and_skills_are_served_with_digests() {
     assert_eq!(gm.request("prompts/get", json!({ "name": "nope" }))["error"]["code"], -32602);
 }
 
+/// SEP-2640: a skill's SKILL.md resource is listed under its frontmatter's name and
+/// description, and every `_meta` key of a skill resource carries the skills extension's prefix.
+#[test]
+fn a_skill_md_resource_is_named_and_described_by_its_frontmatter_with_prefixed_meta_keys() {
+    let mut gm = Gm::start(&[]);
+    gm.initialize("2025-11-25");
+    let resources = gm.ok("resources/list", json!({}))["resources"].clone();
+    let resources = resources.as_array().expect("list");
+    let by_uri = |uri: &str| resources.iter().find(|r| r["uri"] == uri).cloned().unwrap_or_else(|| panic!("{uri}"));
+    for skill in ["gm", "gm-continue"] {
+        let uri = format!("skill://{skill}/SKILL.md");
+        let listed = by_uri(&uri);
+        let entry = gm.ok("skills/get", json!({ "uri": uri }))["skill"]["frontmatter"].clone();
+        assert_eq!((&listed["name"], &listed["description"]), (&entry["name"], &entry["description"]), "{listed}");
+        assert_eq!(listed["name"], skill);
+    }
+    // A file other than SKILL.md has no frontmatter to take a name from: its path names it.
+    let workflows = by_uri("skill://gm/WORKFLOWS.md");
+    assert_eq!(workflows["name"], "gm/WORKFLOWS.md");
+    for r in resources {
+        let meta = r["_meta"].as_object().expect("_meta");
+        assert!(meta.keys().all(|k| k.starts_with("io.modelcontextprotocol.skills/")), "{r}");
+        let digest = meta["io.modelcontextprotocol.skills/digest"].as_str().expect("digest");
+        assert!(digest.starts_with("sha256:") && digest.len() == 71, "{digest}");
+    }
+}
+
 #[test]
 fn gm_exits_within_a_second_of_stdin_closing_and_logs_the_stop() {
     let mut gm = Gm::start(&[]);

@@ -433,12 +433,13 @@ fn a_worker_that_cannot_start_stops_gm_serve_with_its_message() {
     let (code, err) = serve_that_cannot_start(ws.path(), &["--mcp-config", "/no/such/servers.json"]);
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("/no/such/servers.json"), "{err}");
-    // One the worker itself meets: a run log it cannot open.
+    // A folder where the run log belongs: every gm checks `.gm/` before it writes there, so
+    // the relay says so before any worker starts, once, with the fix.
     std::fs::create_dir_all(ws.path().join(".gm/log.jsonl")).unwrap();
     let (code, err) = serve_that_cannot_start(ws.path(), &[]);
     assert_eq!(code, Some(1), "{err}");
-    assert!(err.contains("cannot open the run log") && err.contains("log.jsonl"), "{err}");
-    assert_eq!(err.matches("cannot open the run log").count(), 1, "said once: {err}");
+    assert!(err.contains("remove") && err.contains("log.jsonl") && err.contains("a folder"), "{err}");
+    assert_eq!(err.matches("log.jsonl").count(), 1, "said once: {err}");
 }
 
 #[test]
@@ -447,7 +448,7 @@ fn initialize_is_answered_while_the_worker_starts_and_the_session_is_initialized
     let ws = dir.path().canonicalize().unwrap();
     std::fs::create_dir_all(ws.join(".gm")).unwrap();
     // Holding the start lock keeps the relay from reaching (or starting) a worker.
-    let held = gm_actors::sys::lock_file(&ws.join(".gm/worker.lock"), true).unwrap().expect("lock");
+    let held = gm_actors::state_file::lock(&ws.join(".gm/worker.lock"), true).unwrap().expect("lock");
     let mut gm = Gm::start_in(&ws, &[], &[]);
     gm.send(&json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": { "elicitation": {} }, "clientInfo": { "name": "early", "version": "1" } } }));

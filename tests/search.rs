@@ -428,3 +428,26 @@ fn callers_sees_an_edit_made_through_gm() {
     assert_eq!(r["total"], 1);
     assert_eq!(r["callers"][0]["line"], 6);
 }
+
+#[test]
+fn a_search_after_the_index_folder_was_deleted_rebuilds_it_instead_of_failing() {
+    let (dir, mut gm) = repo();
+    let r = gm.call_ok("search", json!({ "query": "user name" }));
+    assert!(!paths(&r, "hits").is_empty(), "{r}");
+    // Wait for the first index to be on disk, so there is something to delete.
+    let index = dir.path().join(".gm/index");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !index.join("meta.json").exists() {
+        assert!(std::time::Instant::now() < deadline, "no index was built");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    for round in 0..3 {
+        std::fs::remove_dir_all(&index).expect("delete the index");
+        write(dir.path(), "src/user.ts", format!("export function getUserName(id) {{ return {round}; }}\n").as_bytes());
+        let r = gm.call("search", json!({ "query": "user name" }));
+        assert_ne!(r["isError"], true, "round {round}: {r}");
+        assert_eq!(paths(&r["structuredContent"], "hits").first().map(String::as_str), Some("src/user.ts:1"), "{r}");
+        let body = gm.call("grep", json!({ "pattern": "getUserName" }));
+        assert_ne!(body["isError"], true, "{body}");
+    }
+}

@@ -74,6 +74,15 @@ impl Repo {
     }
 }
 
+impl Repo {
+    /// Replaces the workspace's entries with the one server `evil` = `entry`.
+    fn configure_entry(&self, entry: Value) {
+        std::fs::create_dir_all(self.ws.join(".gm")).expect(".gm");
+        let config = json!({ "mcpServers": { "evil": entry } });
+        std::fs::write(self.ws.join(".gm/mcp.json"), config.to_string()).expect("mcp.json");
+    }
+}
+
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -387,7 +396,9 @@ fn a_client_that_accepts_gets_the_server_started_in_the_same_call() {
     let question = call_and_get_asked(&mut gm, 41);
     let message = question["params"]["message"].as_str().expect("message");
     assert!(message.contains("sh -c 'echo started > marker;"), "the whole command: {message}");
-    assert!(message.contains("TOKEN") && !message.contains(SECRET) && !message.contains("GM_TEST_SECRET"), "{message}");
+    // The value as written (it says which of the user's variables the server reads), never
+    // the user's value.
+    assert!(message.contains("  TOKEN='${GM_TEST_SECRET}'\n") && !message.contains(SECRET), "{message}");
     assert!(message.contains(repo.ws.to_str().expect("utf-8")), "the folder: {message}");
     assert!(!repo.marker().exists(), "nothing runs before the answer");
     gm.send(&json!({ "jsonrpc": "2.0", "id": question["id"], "result": { "action": "accept", "content": { "approve": true } } }));
@@ -542,4 +553,184 @@ fn a_stateless_call_can_be_cancelled_by_its_retry_or_while_its_question_waits() 
     // Neither cancelled call was answered (the next reply on the line is the one asked for).
     let next = gm.request("tools/list", json!({ "_meta": envelope(false) }));
     assert!(next["result"]["tools"].is_array(), "{next}");
+}
+
+/// An executable script at `path`.
+#[cfg(unix)]
+fn executable(path: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+    std::fs::write(path, "#!/bin/sh\necho the repository's own npx\n").expect("write");
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+}
+
+#[cfg(unix)]
+#[test]
+fn gm_trust_shows_env_values_as_written_and_the_program_a_path_in_the_entry_picks() {
+    let repo = Repo::new();
+    let npx = repo.ws.join(".gm/bin/npx");
+    executable(&npx);
+    repo.configure_entry(json!({
+        "command": "npx",
+        "args": ["-y", "@scope/server"],
+        "env": { "PATH": ".gm/bin:/usr/bin", "NODE_OPTIONS": "--require=./x.js", "TOKEN": "${GM_TEST_SECRET}" },
+    }));
+    let out = common::gm_command()
+        .args(["trust", "--workspace"])
+        .arg(&repo.ws)
+        .env("HOME", repo.home.path())
+        .env("GM_TEST_SECRET", SECRET)
+        .stdin(Stdio::null())
+        .output()
+        .expect("gm trust runs");
+    let shown = text(&out.stdout);
+    assert!(shown.contains("command: npx -y @scope/server\n"), "{shown}");
+    // The clean command runs the repository's file: said where it is, and why.
+    let program = format!("program: {} (PATH from this entry", npx.display());
+    assert!(shown.contains(&program), "{program} in {shown}");
+    assert!(shown.contains("env:     NODE_OPTIONS=--require=./x.js\n"), "{shown}");
+    assert!(shown.contains("         PATH=.gm/bin:/usr/bin\n"), "{shown}");
+    assert!(shown.contains("TOKEN='${GM_TEST_SECRET}'"), "as written: {shown}");
+    assert!(!shown.contains(SECRET), "a value is never expanded to be shown: {shown}");
+    assert!(!repo.trust_file().exists(), "nothing approved without a terminal");
+}
+
+#[test]
+fn control_and_bidi_characters_of_an_entry_are_shown_escaped_never_raw() {
+    let repo = Repo::new();
+    repo.configure_entry(json!({
+        "command": "sh",
+        "args": ["-c", "exec true", "\u{1b}[2K\rnpx -y @scope/server", "\u{202e}txt.exe"],
+        "cwd": "sub\u{200b}dir",
+        "env": { "X\u{7f}": "a\u{1b}]0;title\u{7}\u{9b}b" },
+    }));
+    let check = |out: &Output| {
+        for raw in [0x1b_u8, b'\r', 0x07, 0x7f] {
+            assert!(!out.stdout.contains(&raw), "a raw {raw:#04x} was printed: {:?}", text(&out.stdout));
+        }
+        let shown = text(&out.stdout);
+        for raw in ['\u{202e}', '\u{200b}', '\u{9b}'] {
+            assert!(!shown.contains(raw), "a raw U+{:04X} was printed: {shown}", raw as u32);
+        }
+        shown
+    };
+    let shown = check(&repo.trust(&[]));
+    assert!(shown.contains(r"'\u001b[2K\u000dnpx -y @scope/server'"), "{shown}");
+    assert!(shown.contains(r"'\u202etxt.exe'"), "{shown}");
+    assert!(shown.contains(r"sub\u200bdir"), "{shown}");
+    assert!(shown.contains(r"X\u007f='a\u001b]0;title\u0007\u009bb'"), "{shown}");
+    // What --list shows of the approval is escaped the same way.
+    assert!(repo.trust(&["--yes"]).status.success());
+    let listed = check(&repo.trust(&["--list"]));
+    assert!(listed.contains(r"\u001b[2K\u000dnpx") && listed.contains(r"\u202etxt.exe"), "{listed}");
+}
+
+#[cfg(unix)]
+#[test]
+fn an_approval_writes_trust_json_0600_through_a_temporary_created_0600() {
+    use std::os::unix::fs::PermissionsExt;
+    let repo = Repo::new();
+    // strace shows the mode the temporary is created with (a chmod after would not show in
+    // the final mode); without strace, the final mode is still checked.
+    let trace = repo.home.path().join("open.trace");
+    let traced = Command::new("strace")
+        .args(["-f", "-e", "trace=open,openat,creat,chmod,fchmod,fchmodat", "-o"])
+        .arg(&trace)
+        .arg(common::gm_bin())
+        .args(["trust", "--yes"])
+        .current_dir(&repo.ws)
+        .env("HOME", repo.home.path())
+        .env("GM_DEFAULTS_DIR", common::no_child_servers())
+        .stdin(Stdio::null())
+        .output();
+    match traced {
+        Ok(out) if out.status.success() && trace.exists() => {
+            let calls = std::fs::read_to_string(&trace).expect("trace");
+            let creations: Vec<&str> = calls.lines().filter(|l| l.contains(".trust.json.gm-tmp-")).collect();
+            let open = creations.iter().find(|l| l.contains("open")).unwrap_or_else(|| panic!("{calls}"));
+            assert!(open.contains("O_CREAT") && open.contains("O_EXCL") && open.contains("O_NOFOLLOW"), "{open}");
+            assert!(open.contains(", 0600)"), "created 0600, not widened and narrowed after: {open}");
+        }
+        other => {
+            eprintln!("the creation's mode is not traced (strace missing or not allowed here): {other:?}");
+            assert!(repo.trust(&["--yes"]).status.success());
+        }
+    }
+    let meta = std::fs::symlink_metadata(repo.trust_file()).expect("trust.json");
+    assert!(meta.file_type().is_file());
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    let left: Vec<_> = std::fs::read_dir(repo.home.path().join(".gmnew"))
+        .expect("list")
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().contains("gm-tmp"))
+        .collect();
+    assert!(left.is_empty(), "no temporary is left: {left:?}");
+}
+
+/// Whether this test runs as root (only root can give a file to another user); says so when not.
+#[cfg(unix)]
+fn as_root(test: &str) -> bool {
+    let root = gm_actors::sys::current_uid() == 0;
+    if !root {
+        eprintln!("{test}: skipped: not root, so no file can be given to another user");
+    }
+    root
+}
+
+#[cfg(unix)]
+#[test]
+fn approvals_in_a_gmnew_or_trust_json_of_another_user_are_refused() {
+    if !as_root("approvals_in_a_gmnew_or_trust_json_of_another_user_are_refused") {
+        return;
+    }
+    let nobody = 65534;
+    let repo = Repo::new();
+    let gmnew = repo.home.path().join(".gmnew");
+    // A trust.json someone else owns, approving the entry: not believed.
+    assert!(repo.trust(&["--yes"]).status.success());
+    std::os::unix::fs::chown(repo.trust_file(), Some(nobody), None).expect("chown trust.json");
+    let out = repo.trust(&["--list"]);
+    assert!(!out.status.success(), "{}", text(&out.stdout));
+    let why = text(&out.stderr);
+    assert!(why.contains("trust.json belongs to uid 65534") && why.contains("not believed"), "{why}");
+    let mut gm = repo.serve(&[]);
+    let err = gm.call_err("run_code", json!({ "code": "return await gm.evil_echo({});" }));
+    assert_eq!(err["details"]["code"], "untrusted", "{err}");
+    assert!(!repo.marker().exists(), "the workspace's command ran");
+    drop(gm);
+    common::stop_worker(&repo.ws);
+
+    // A ~/.gmnew someone else owns: nothing is believed nor written there.
+    std::fs::remove_file(repo.trust_file()).expect("rm");
+    std::os::unix::fs::chown(&gmnew, Some(nobody), None).expect("chown .gmnew");
+    let out = repo.trust(&["--yes"]);
+    assert!(!out.status.success(), "{}", text(&out.stdout));
+    let why = text(&out.stderr);
+    assert!(why.contains(".gmnew belongs to uid 65534"), "{why}");
+    assert!(!repo.trust_file().exists(), "nothing written in another user's folder");
+}
+
+#[test]
+fn the_hosts_question_shows_env_values_as_written_and_escapes_control_characters() {
+    let repo = Repo::new();
+    let script = format!("echo started > marker; exec {} --name evil", test_server());
+    repo.configure_entry(json!({
+        "command": "sh",
+        "args": ["-c", script, "\u{1b}[2K\r\u{202e}fake"],
+        "env": { "TOKEN": "${GM_TEST_SECRET}", "NODE_OPTIONS": "--require=./x.js" },
+    }));
+    let mut gm = serve_askable(&repo);
+    let question = call_and_get_asked(&mut gm, 45);
+    let message = question["params"]["message"].as_str().expect("message");
+    assert!(message.contains("  NODE_OPTIONS=--require=./x.js\n"), "{message}");
+    assert!(message.contains("  TOKEN='${GM_TEST_SECRET}'\n") && !message.contains(SECRET), "{message}");
+    assert!(message.contains(r"'\u001b[2K\u000d\u202efake'"), "{message}");
+    assert!(!message.contains(['\u{1b}', '\r', '\u{202e}']), "raw: {message:?}");
+    assert!(message.contains("The program that starts: "), "{message}");
+    gm.send(&json!({ "jsonrpc": "2.0", "id": question["id"], "result": { "action": "decline" } }));
+    let reply = gm.recv_id(&json!(45));
+    assert_eq!(reply["result"]["structuredContent"]["error"]["details"]["code"], "untrusted", "{reply}");
+    assert!(!repo.marker().exists());
+    let log = log_text(&mut gm);
+    assert!(!log.contains("GM_TEST_SECRET") && !log.contains("x.js"), "the values shown reached the log");
 }

@@ -98,11 +98,9 @@ impl Capture {
         if !self.cut() {
             // The output passes the cap now: everything so far goes to the spill file, the
             // head keeps its first half and what it held beyond that starts the tail.
-            let opened = self
-                .spill_path
-                .parent()
-                .map_or(Ok(()), std::fs::create_dir_all)
-                .and_then(|()| File::create(&self.spill_path))
+            // A new file, never one a link in its place leads to.
+            let opened = crate::state_file::open_own(&self.spill_path, crate::state_file::How::NEW)
+                .map_err(std::io::Error::from)
                 .and_then(|mut f| f.write_all(&self.head).map(|()| f));
             match opened {
                 Ok(f) => self.spill = Some(f),

@@ -1,6 +1,8 @@
 //! Replacing a file whole: written to a temporary file beside it and renamed over it, so a
 //! reader (or a crash) sees the old content or the new, never a mix. The temporary name is
-//! unique per process and write, and it is removed when the write fails.
+//! unique per process and write, and it is removed when the write fails. Given a mode, the
+//! temporary has it from its creation: a file of the user's (`~/.gmnew/trust.json`, a 0600
+//! file edited) is never readable by others, even for the instant before a chmod.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -32,9 +34,10 @@ impl Staged {
     /// Writes `bytes` to a temporary file beside `path`, with `mode`, synced when `sync` is set.
     pub fn write(path: &Path, bytes: &[u8], mode: Option<u32>, sync: bool) -> std::io::Result<Staged> {
         let staged = Staged { tmp: temp_beside(path), target: path.to_owned(), synced: sync, done: false };
-        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(&staged.tmp)?;
+        let mut f = create_temp(&staged.tmp, mode)?;
         f.write_all(bytes)?;
         if let Some(mode) = mode {
+            // Created with `mode` less the umask: the bits the umask took are given back.
             crate::sys::set_permission_bits(&f, mode)?;
         }
         if sync {
@@ -65,6 +68,25 @@ impl Drop for Staged {
     }
 }
 
+/// Creates the temporary (`O_CREAT|O_EXCL`, never through a link) with `mode` from the start,
+/// or the umask's default mode without one.
+fn create_temp(tmp: &Path, mode: Option<u32>) -> std::io::Result<std::fs::File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        // O_EXCL already refuses a link at the name; O_NOFOLLOW says it for any reader.
+        options.custom_flags(libc::O_NOFOLLOW);
+        if let Some(mode) = mode {
+            options.mode(mode);
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = mode;
+    options.open(tmp)
+}
+
 /// `.<name>.gm-tmp-<pid>-<n>` in `path`'s directory.
 fn temp_beside(path: &Path) -> PathBuf {
     static N: AtomicU64 = AtomicU64::new(0);
@@ -76,6 +98,36 @@ fn temp_beside(path: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// This process's umask, as Linux reports it (setting it to read it would race other tests).
+    #[cfg(target_os = "linux")]
+    fn umask() -> u32 {
+        let status = std::fs::read_to_string("/proc/self/status").expect("status");
+        let line = status.lines().find_map(|l| l.strip_prefix("Umask:")).expect("Umask");
+        u32::from_str_radix(line.trim(), 8).expect("octal")
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_temporary_given_a_mode_has_it_from_its_creation() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mode_of = |p: &Path| std::fs::metadata(p).expect("meta").permissions().mode() & 0o777;
+        // Nothing has been written nor chmod-ed yet: this is the mode open(2) gave it.
+        let private = dir.path().join("private");
+        drop(create_temp(&private, Some(0o600)).expect("create"));
+        assert_eq!(mode_of(&private), 0o600 & !umask());
+        let plain = dir.path().join("plain");
+        drop(create_temp(&plain, None).expect("create"));
+        assert_eq!(mode_of(&plain), 0o666 & !umask(), "no mode: the umask's default, as before");
+        // A link at the temporary's name is never followed.
+        let target = dir.path().join("target");
+        std::fs::write(&target, b"kept").expect("write");
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&target, &link).expect("link");
+        assert!(create_temp(&link, Some(0o600)).is_err());
+        assert_eq!(std::fs::read(&target).expect("read"), b"kept");
+    }
 
     #[cfg(unix)]
     #[test]

@@ -15,6 +15,7 @@ pub mod log_reader;
 pub mod log_writer;
 pub mod mcp_client;
 pub mod scheduler;
+pub mod state_file;
 pub mod sys;
 pub mod transport;
 pub mod updater;

@@ -12,7 +12,7 @@
 //! commit interval of events; a torn last line is cut off at the next open, and nothing
 //! before it is lost.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
@@ -64,7 +64,9 @@ impl LogWriter {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(open_err)?;
         }
-        let mut file = OpenOptions::new().read(true).create(true).append(true).open(path).map_err(open_err)?;
+        // Never through a link a repository committed in the log's place.
+        let mut file = crate::state_file::open_own(path, crate::state_file::How::APPEND)
+            .map_err(|e| open_err(std::io::Error::from(e)))?;
         let report = repair_and_scan(&mut file).map_err(open_err)?;
         let sync = spawn_syncer(file.try_clone().map_err(open_err)?).map_err(open_err)?;
         let writer = Self {
@@ -482,7 +484,7 @@ mod tests {
             w.append(Event::new("start", json!({"a": 1})));
             w.commit().expect("commit");
         }
-        let mut f = OpenOptions::new().append(true).open(&path).expect("append");
+        let mut f = std::fs::OpenOptions::new().append(true).open(&path).expect("append");
         let torn = b"{\"seq\":2,\"ts\":\"x\",\"ki";
         f.write_all(torn).expect("write torn");
         drop(f);

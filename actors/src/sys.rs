@@ -746,15 +746,11 @@ pub struct FileLock {
     _file: std::fs::File,
 }
 
-/// Takes an exclusive lock on `path` (made, mode 0600, when missing), waiting for whoever holds
-/// it. The lock belongs to this open of the file: two threads of one process that each call
-/// this exclude each other too. Where `flock` does not exist the file is opened and not locked.
-pub fn lock_exclusive(path: &std::path::Path) -> std::io::Result<FileLock> {
-    let mut options = std::fs::OpenOptions::new();
-    options.read(true).write(true).create(true).truncate(false);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let file = options.open(path)?;
+/// Takes an exclusive lock on `file`, waiting for whoever holds it. The lock belongs to this
+/// open of the file: two threads of one process that each open and lock exclude each other
+/// too. Where `flock` does not exist the file is not locked. Open the file with
+/// [`crate::state_file`] (`state_file::lock_exclusive` does both).
+pub fn lock_exclusive(file: std::fs::File) -> std::io::Result<FileLock> {
     #[cfg(unix)]
     loop {
         use std::os::fd::AsRawFd;
@@ -818,12 +814,12 @@ pub fn exit_code_of(status: &std::process::ExitStatus) -> i32 {
     status.code().unwrap_or(1)
 }
 
-/// An exclusive advisory lock on `path` (created if missing), held until the file is dropped
-/// (or the process ends). `wait`: block until it is free; else `Ok(None)` when another holds it.
+/// An exclusive advisory lock on `file`, held until the file is dropped (or the process
+/// ends). `wait`: block until it is free; else `Ok(None)` when another holds it. Open the file
+/// with [`crate::state_file`] (`state_file::lock` does both).
 #[cfg(unix)]
-pub fn lock_file(path: &std::path::Path, wait: bool) -> std::io::Result<Option<std::fs::File>> {
+pub fn lock_file(file: std::fs::File, wait: bool) -> std::io::Result<Option<std::fs::File>> {
     use std::os::fd::AsRawFd;
-    let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)?;
     let op = if wait { libc::LOCK_EX } else { libc::LOCK_EX | libc::LOCK_NB };
     loop {
         // SAFETY: flock(2) on a descriptor we own; no memory is touched.
@@ -1310,6 +1306,90 @@ pub fn detach_stdio(stderr_to: &std::fs::File) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Opens `name` (one path component) in the open directory `dir` with `flags` (`O_NOFOLLOW` and
+/// `O_CLOEXEC` are always added: a link there is an error, `ELOOP`, never followed), creating it
+/// with `mode` when `flags` say so. The building block of [`crate::state_file`].
+#[cfg(unix)]
+pub fn open_at(
+    dir: std::os::fd::BorrowedFd<'_>,
+    name: &std::ffi::OsStr,
+    flags: i32,
+    mode: u32,
+) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    use std::os::unix::ffi::OsStrExt;
+    let name = std::ffi::CString::new(name.as_bytes())
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "a file name holds a NUL byte"))?;
+    loop {
+        // SAFETY: openat(2) with a NUL-terminated name that lives across the call; the
+        // descriptor it returns is ours alone and is wrapped at once.
+        let fd = unsafe {
+            libc::openat(
+                dir.as_raw_fd(),
+                name.as_ptr(),
+                flags | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                mode as libc::c_uint,
+            )
+        };
+        if fd >= 0 {
+            // SAFETY: a descriptor openat just returned, owned by nobody else.
+            return Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) });
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Makes the directory `name` in the open directory `dir` (mode `mode` less the umask).
+#[cfg(unix)]
+pub fn mkdir_at(dir: std::os::fd::BorrowedFd<'_>, name: &std::ffi::OsStr, mode: u32) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    let name = std::ffi::CString::new(name.as_bytes())
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "a file name holds a NUL byte"))?;
+    // SAFETY: mkdirat(2) with a NUL-terminated name that lives across the call.
+    if unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), mode as libc::mode_t) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// The flags `open_at` takes for a directory to walk through.
+#[cfg(unix)]
+pub const OPEN_DIRECTORY: i32 = libc::O_RDONLY | libc::O_DIRECTORY;
+
+/// `open(2)` flags for [`open_at`] from what a caller wants of a file.
+#[cfg(unix)]
+pub fn open_flags(read: bool, write: bool, append: bool, create: bool, exclusive: bool, truncate: bool) -> i32 {
+    let mut flags = match (read, write || append) {
+        (true, true) => libc::O_RDWR,
+        (false, true) => libc::O_WRONLY,
+        _ => libc::O_RDONLY,
+    };
+    if append {
+        flags |= libc::O_APPEND;
+    }
+    if create {
+        flags |= libc::O_CREAT;
+    }
+    if exclusive {
+        flags |= libc::O_CREAT | libc::O_EXCL;
+    }
+    if truncate {
+        flags |= libc::O_TRUNC;
+    }
+    flags
+}
+
+/// The owner of an open file.
+#[cfg(unix)]
+pub fn owner_of(meta: &std::fs::Metadata) -> u32 {
+    std::os::unix::fs::MetadataExt::uid(meta)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1319,11 +1399,12 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("a.lock");
         assert!(!is_locked(&path));
-        let held = lock_file(&path, false).expect("lock").expect("free");
+        let open = || std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path);
+        let held = lock_file(open().expect("open"), false).expect("lock").expect("free");
         assert!(is_locked(&path));
-        assert!(lock_file(&path, false).expect("try").is_none(), "a second holder is refused");
+        assert!(lock_file(open().expect("open"), false).expect("try").is_none(), "a second holder is refused");
         drop(held);
-        assert!(lock_file(&path, false).expect("lock").is_some());
+        assert!(lock_file(open().expect("open"), false).expect("lock").is_some());
     }
 
     #[test]

@@ -27,6 +27,8 @@ pub const STATELESS: &str = "2026-07-28";
 const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 /// The revisions whose `MCP-Protocol-Version` header the front accepts.
 const KNOWN_VERSIONS: [&str; 5] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", STATELESS];
+/// A 2026-07-28 request whose headers disagree with its body (SEP-2243's HeaderMismatch).
+const HEADER_MISMATCH: i64 = crate::protocol::modern::HEADER_MISMATCH;
 /// A body must arrive within this (a client sending a byte a minute holds no task for long;
 /// `GM_HTTP_BODY_TIMEOUT_MS` sets another, for tests).
 pub const BODY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -51,6 +53,93 @@ fn meta_version(message: &Value) -> Option<&str> {
 
 fn is_request(m: &Value) -> bool {
     m.get("method").is_some() && m.get("id").is_some_and(|id| !id.is_null())
+}
+
+/// The body field a request mirrors in `Mcp-Name` (SEP-2243), by method.
+fn named_field(method: &str) -> Option<&'static str> {
+    match method {
+        "tools/call" | "prompts/get" => Some("name"),
+        "resources/read" | "resources/subscribe" | "resources/unsubscribe" => Some("uri"),
+        _ => None,
+    }
+}
+
+/// SEP-2243: a 2026-07-28 request mirrors its method in `Mcp-Method` and, for a method that
+/// names something, that name in `Mcp-Name`, for intermediaries that route without reading
+/// the body; a server that reads the body refuses a request whose headers disagree with it.
+/// A header that is there must agree. Headers that are missing are refused only from a
+/// client whose `MCP-Protocol-Version` says 2026-07-28 — the revision that requires them —
+/// and only on a request (a notification answers nothing). `Err`: why, for a -32020.
+fn check_headers(headers: &HeaderMap, message: &Value) -> Result<(), String> {
+    let method = message.get("method").and_then(Value::as_str).unwrap_or("");
+    let header = header_str(headers, VERSION_HEADER);
+    if let (Some(h), Some(m)) = (header, meta_version(message)) {
+        if h != m {
+            return Err(format!("MCP-Protocol-Version {h:?} and _meta's protocolVersion {m:?} differ"));
+        }
+    }
+    let required = header == Some(STATELESS) && is_request(message);
+    match mirrored(headers, METHOD_HEADER)? {
+        Some(h) if h != method => return Err(format!("Mcp-Method {h:?} and the body's {method:?} differ")),
+        None if required => return Err("the Mcp-Method header is missing".to_owned()),
+        _ => {}
+    }
+    let Some(field) = named_field(method) else { return Ok(()) };
+    let named = message.pointer(&format!("/params/{field}")).and_then(Value::as_str);
+    match (mirrored(headers, NAME_HEADER)?, named) {
+        (Some(h), named) if Some(h.as_str()) != named => {
+            Err(format!("Mcp-Name {h:?} and the body's {field} {named:?} differ"))
+        }
+        (None, Some(named)) if required => Err(format!("the Mcp-Name header is missing (the body names {named:?})")),
+        _ => Ok(()),
+    }
+}
+
+/// A mirrored header's value: without the whitespace around it (RFC 9110 §5.5), and decoded
+/// when SEP-2243's `=?base64?…?=` wraps it (how a client sends a value a header cannot carry
+/// as it is). `Err` for a value that is not text or whose Base64 is not valid.
+fn mirrored(headers: &HeaderMap, name: &str) -> Result<Option<String>, String> {
+    let Some(raw) = headers.get(name) else { return Ok(None) };
+    let Ok(value) = raw.to_str() else { return Err(format!("the {name} header is not visible ASCII")) };
+    let value = value.trim_matches([' ', '\t']);
+    let Some(encoded) = value.strip_prefix("=?base64?").and_then(|v| v.strip_suffix("?=")) else {
+        return Ok(Some(value.to_owned()));
+    };
+    let decoded = base64_decode(encoded).and_then(|bytes| String::from_utf8(bytes).ok());
+    decoded.map(Some).ok_or_else(|| format!("the {name} header's Base64 value is not valid"))
+}
+
+/// Standard Base64 with its padding, strictly: `None` for anything else.
+fn base64_decode(text: &str) -> Option<Vec<u8>> {
+    let bytes = text.as_bytes();
+    if bytes.len() % 4 != 0 {
+        return None;
+    }
+    let pad = bytes.iter().rev().take_while(|&&b| b == b'=').count();
+    if pad > 2 {
+        return None;
+    }
+    let sextet = |b: u8| -> Option<u32> {
+        Some(match b {
+            b'A'..=b'Z' => b - b'A',
+            b'a'..=b'z' => b - b'a' + 26,
+            b'0'..=b'9' => b - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32)
+    };
+    let mut out = Vec::with_capacity(bytes.len() / 4 * 3);
+    for (i, chunk) in bytes.chunks(4).enumerate() {
+        let last = (i + 1) * 4 == bytes.len();
+        let used = if last { 4 - pad } else { 4 };
+        let mut n = 0u32;
+        for (j, &b) in chunk.iter().enumerate() {
+            n = (n << 6) | if j < used { sextet(b)? } else { 0 };
+        }
+        out.extend_from_slice(&n.to_be_bytes()[1..used]);
+    }
+    Some(out)
 }
 
 pub async fn post(State(front): State<Arc<Front>>, req: Request) -> Response {
@@ -95,6 +184,15 @@ pub async fn post(State(front): State<Arc<Front>>, req: Request) -> Response {
         if initialize {
             return rpc_error(StatusCode::BAD_REQUEST, first_id, -32600, "this session is initialized already");
         }
+        // The worker decides each request's revision from the request alone, so a 2026-07-28
+        // request is served as one on a session too: its headers are held to that revision,
+        // and its errors become statuses as on the shared link.
+        let revision = !batch && header_str(&headers, VERSION_HEADER) == Some(STATELESS);
+        if revision {
+            if let Err(why) = check_headers(&headers, &messages[0]) {
+                return rpc_error(StatusCode::BAD_REQUEST, first_id, HEADER_MISMATCH, why);
+            }
+        }
         // One message whose text is already one line goes on as the client wrote it.
         let raw = (!batch && !body.contains(&b'\n')).then_some(body);
         let accepts_sse =
@@ -102,7 +200,16 @@ pub async fn post(State(front): State<Arc<Front>>, req: Request) -> Response {
         if let (false, true, Some(token)) = (batch, accepts_sse, progress_token(&messages[0])) {
             return relay_streamed(&front, &link, messages, raw, token).await;
         }
-        return relay(&front, &link, messages, batch, raw).await;
+        let mut response = relay(&front, &link, messages, batch, raw).await;
+        if revision && response.status() == StatusCode::OK {
+            let (mut parts, body) = response.into_parts();
+            let Ok(reply) = axum::body::to_bytes(body, usize::MAX).await else {
+                return (StatusCode::BAD_GATEWAY, "the reply could not be read").into_response();
+            };
+            parts.status = status_of(&reply);
+            response = Response::from_parts(parts, Body::from(reply));
+        }
+        return response;
     }
     let stateless = header_str(&headers, VERSION_HEADER) == Some(STATELESS)
         || messages.iter().any(|m| meta_version(m).is_some())
@@ -129,7 +236,8 @@ pub async fn post(State(front): State<Arc<Front>>, req: Request) -> Response {
 /// parsed into a tree and written again. `None`: the general path decides.
 async fn fast_session_post(front: &Front, headers: &HeaderMap, body: &Bytes) -> Option<Response> {
     let id = header_str(headers, SESSION_HEADER)?;
-    if header_str(headers, VERSION_HEADER).is_some_and(|v| !KNOWN_VERSIONS.contains(&v))
+    // A 2026-07-28 request's headers are checked against its body on the general path.
+    if header_str(headers, VERSION_HEADER).is_some_and(|v| !KNOWN_VERSIONS.contains(&v) || v == STATELESS)
         || body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{')
         || body.contains(&b'\n')
         || memchr::memmem::find(body, b"progressToken").is_some()
@@ -291,38 +399,10 @@ async fn relay_streamed(
 /// A 2026-07-28 request without a session, on the shared link.
 async fn stateless_post(front: &Arc<Front>, headers: &HeaderMap, message: Value) -> Response {
     let id = message.get("id").cloned().unwrap_or(Value::Null);
-    let method = message.get("method").and_then(Value::as_str).unwrap_or("").to_owned();
     let meta = meta_version(&message).map(str::to_owned);
     let header = header_str(headers, VERSION_HEADER);
-    if let (Some(h), Some(m)) = (header, meta.as_deref()) {
-        if h != m {
-            let why = format!("MCP-Protocol-Version {h:?} and _meta's protocolVersion {m:?} differ");
-            return rpc_error(StatusCode::BAD_REQUEST, id, -32020, why);
-        }
-    }
-    if let Some(h) = header_str(headers, METHOD_HEADER) {
-        if h != method {
-            return rpc_error(
-                StatusCode::BAD_REQUEST,
-                id,
-                -32020,
-                format!("Mcp-Method {h:?} and the body's {method:?} differ"),
-            );
-        }
-    }
-    // SEP-2243 (pending): the name a tools/call or prompts/get names may be a header too; one
-    // that names something else is refused. (A missing one is let through: clients of the
-    // published revision do not all send it.)
-    if let Some(h) = header_str(headers, NAME_HEADER) {
-        let named = message.pointer("/params/name").and_then(Value::as_str);
-        if matches!(method.as_str(), "tools/call" | "prompts/get") && named != Some(h) {
-            return rpc_error(
-                StatusCode::BAD_REQUEST,
-                id,
-                -32020,
-                format!("Mcp-Name {h:?} and the body's name {named:?} differ"),
-            );
-        }
+    if let Err(why) = check_headers(headers, &message) {
+        return rpc_error(StatusCode::BAD_REQUEST, id, HEADER_MISMATCH, why);
     }
     if !is_request(&message) {
         // Not passed on: on the shared link a client's `notifications/cancelled` would name
@@ -403,5 +483,50 @@ pub async fn delete(State(front): State<Arc<Front>>, headers: HeaderMap) -> Resp
         (StatusCode::OK, Body::empty()).into_response()
     } else {
         (StatusCode::NOT_FOUND, "no such session").into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, HeaderValue::from_str(v).expect("a header value"));
+        }
+        h
+    }
+
+    #[test]
+    fn base64_is_decoded_strictly() {
+        assert_eq!(base64_decode("SGVsbG8=").as_deref(), Some(&b"Hello"[..]));
+        assert_eq!(base64_decode("SGk=").as_deref(), Some(&b"Hi"[..]));
+        assert_eq!(base64_decode("SGVsbG8h").as_deref(), Some(&b"Hello!"[..]));
+        assert_eq!(base64_decode("").as_deref(), Some(&b""[..]));
+        for bad in ["SGVsbG8", "SGVs!!!bG8=", "S===", "SG=k"] {
+            assert_eq!(base64_decode(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_2026_07_28_request_must_mirror_its_method_and_name() {
+        let call = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": { "name": "run_code" } });
+        let v = (VERSION_HEADER, STATELESS);
+        assert!(check_headers(&headers(&[v, (METHOD_HEADER, "tools/call"), (NAME_HEADER, "run_code")]), &call).is_ok());
+        assert!(
+            check_headers(&headers(&[v, (METHOD_HEADER, "tools/call"), (NAME_HEADER, " run_code\t")]), &call).is_ok()
+        );
+        let encoded = (NAME_HEADER, "=?base64?cnVuX2NvZGU=?=");
+        assert!(check_headers(&headers(&[v, (METHOD_HEADER, "tools/call"), encoded]), &call).is_ok());
+        assert!(check_headers(&headers(&[v, (NAME_HEADER, "run_code")]), &call).is_err());
+        assert!(check_headers(&headers(&[v, (METHOD_HEADER, "tools/call")]), &call).is_err());
+        assert!(check_headers(&headers(&[v, (METHOD_HEADER, "tools/call"), (NAME_HEADER, "finish")]), &call).is_err());
+        // Without the revision's version header, only what is there is held to the body.
+        assert!(check_headers(&headers(&[]), &call).is_ok());
+        assert!(check_headers(&headers(&[(NAME_HEADER, "finish")]), &call).is_err());
+        // A notification answers nothing: missing headers are not refused.
+        let note = json!({ "jsonrpc": "2.0", "method": "notifications/cancelled", "params": {} });
+        assert!(check_headers(&headers(&[v]), &note).is_ok());
     }
 }

@@ -1,13 +1,14 @@
 //! `gm serve --http [ADDR]`: a front process that is to Streamable HTTP what the relay is to
 //! stdio. It listens on a loopback address (unless `--http-allow-remote`), checks the bearer
-//! token of `.gm/http.token`, `Host` and `Origin` on every request, and speaks to the
+//! token of `.gm/http.token` (a loopback port is open to every local user: the token guards
+//! it), `Host` and `Origin` on every request, and speaks to the
 //! workspace's worker as the relay does ([`crate::relay::connect`]): one worker connection per
 //! MCP session, one more shared by the stateless 2026-07-28 requests. The worker does the MCP;
 //! the front only routes messages by id. It also serves the status page (`page.rs`).
 //!
-//! Files: `auth.rs` (token, login codes, `Host`/`Origin`), `session.rs` (a worker connection
-//! and its reader thread), `sse.rs` (streams with ids and replay), `mcp.rs` (the `/mcp`
-//! endpoint), `page.rs` (the status page). `.gm/http.json` says where the front listens while
+//! Files: `auth.rs` (token, login codes, the page's logins, `Host`/`Origin`), `session.rs` (a
+//! worker connection and its reader thread), `sse.rs` (streams with ids and replay), `mcp.rs`
+//! (the `/mcp` endpoint), `page.rs` (the status page). `.gm/http.json` says where the front listens while
 //! it runs.
 //!
 //! A session whose worker dies ends with it (its calls in flight are answered with an error,
@@ -291,10 +292,23 @@ fn start(opts: HttpOptions) -> Result<i32, HttpError> {
         return Err(HttpError::NoTokenRemote);
     }
     let files = Files::of(&workspace);
-    std::fs::create_dir_all(&files.state_dir)
-        .map_err(|source| HttpError::Workspace { path: files.state_dir.clone(), source })?;
+    let state_error = |e: gm_actors::state_file::StateFileError| HttpError::Workspace {
+        path: files.state_dir.clone(),
+        source: e.into(),
+    };
+    // Before anything is written under `.gm/`: what a repository committed there is checked, as
+    // every gm does — a link or another user's file in gm's place (the token's too) stops it.
+    files.check().map_err(state_error)?;
+    // A token that is a plain file of the user's but unfit (open to others, known to git,
+    // empty) is replaced.
+    let token_path = files.state_dir.join("http.token");
+    let token = if opts.no_token { None } else { Some(auth::load_or_create(&workspace, &token_path)?) };
+    if let Some(why) = token.as_ref().and_then(|t| t.replaced.as_ref()) {
+        // The front has no run log of its own (the worker writes it): stderr is where it speaks.
+        say!("gm: {} was not used: {why}; a new token was made", token_path.display());
+    }
+    let token = token.map(|t| t.value);
     let _ = crate::gitignore::ignore_own_folder(&files.state_dir);
-    let token = if opts.no_token { None } else { Some(auth::load_or_create(&files.state_dir.join("http.token"))?) };
     // One thread: the front only routes bytes (the worker does the work), and an answer read
     // from the worker reaches its waiting request without waking another thread.
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
@@ -339,7 +353,7 @@ async fn serve(
             reaped: Default::default(),
         },
         hello,
-        guard: Guard { token, hosts },
+        guard: Guard { token, hosts, pages: Arc::new(auth::PageLogins::new(bound.port())) },
         sessions: Mutex::new(HashMap::new()),
         stateless: tokio::sync::Mutex::new(None),
         files: files.clone(),

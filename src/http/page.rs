@@ -2,7 +2,9 @@
 //! `gm status --json` shows — the worker, its sessions and calls in flight, jobs and background
 //! bodies with their output tails, child servers — refreshed every two seconds from
 //! `/status.json`, and the run log's last events as a timeline that grows live from `/events`
-//! (SSE). It is reached with the token as a cookie, set by a one-time `/login?t=` link.
+//! (SSE). It is reached with a login cookie of its own, set by a one-time `/login?t=` link and
+//! kept by the front for twelve hours: never the token, and good for these routes only (`/mcp`
+//! takes no cookie), since a browser sends a host's cookies to every port of it.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -42,11 +44,11 @@ pub struct Login {
     t: String,
 }
 
-/// `/login?t=CODE`: a live one-time code sets the token cookie and goes to the page.
+/// `/login?t=CODE`: a live one-time code makes a page login, sets its cookie, and goes to the
+/// page.
 pub async fn login(State(front): State<Arc<Front>>, headers: HeaderMap, Query(q): Query<Login>) -> Response {
     // The site checks hold here too; the token is what the code stands for.
-    let site = auth::Guard { token: None, hosts: front.guard.hosts.clone() };
-    if let Err(denied) = site.check(&headers, false) {
+    if let Err(denied) = front.guard.check_site(&headers) {
         return super::refuse(denied);
     }
     if !front.codes.redeem(&q.t) {
@@ -56,11 +58,21 @@ pub async fn login(State(front): State<Arc<Front>>, headers: HeaderMap, Query(q)
         )
             .into_response();
     }
+    let pages = &front.guard.pages;
     let mut response = Redirect::to("/").into_response();
-    let value = front.guard.token.as_deref().unwrap_or("none");
-    let cookie = format!("{}={value}; HttpOnly; SameSite=Strict; Path=/", auth::COOKIE);
-    if let Ok(v) = header::HeaderValue::from_str(&cookie) {
-        response.headers_mut().insert(header::SET_COOKIE, v);
+    let login = format!(
+        "{}={}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
+        pages.cookie_name(),
+        pages.open(),
+        auth::PAGE_LOGIN_LIFE.as_secs()
+    );
+    // gm once set the token itself as this cookie: a browser holding it would send it to any
+    // server on this host. Expire it.
+    let old = format!("{}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0", auth::OLD_COOKIE);
+    for cookie in [login, old] {
+        if let Ok(v) = header::HeaderValue::from_str(&cookie) {
+            response.headers_mut().append(header::SET_COOKIE, v);
+        }
     }
     response
 }

@@ -104,19 +104,27 @@ pub struct ListToolsResult {
     pub next_cursor: Option<String>,
 }
 
+/// A skill file as a resource. A skill's SKILL.md is named and described as its frontmatter
+/// says (SEP-2640); other files by their path.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Resource {
     pub uri: String,
     pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
     pub mime_type: &'static str,
     pub size: u64,
     #[serde(rename = "_meta")]
     pub meta: ResourceMeta,
 }
 
+/// A skill resource's `_meta`: its keys carry the skills extension's prefix, as SEP-2640 asks
+/// of every `_meta` key on a skill resource.
 #[derive(Debug, Clone, Serialize)]
 pub struct ResourceMeta {
+    /// `sha256:<hex>` of the file, as in the skill's manifest.
+    #[serde(rename = "io.modelcontextprotocol.skills/digest")]
     pub digest: String,
 }
 

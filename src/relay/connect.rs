@@ -138,7 +138,7 @@ impl Finder {
             .map_err(|e| ConnectError::Other(format!("the worker socket's folder: {e}")))?;
         // Held until the hello is answered: a worker deciding to leave takes it too, so it
         // never leaves under a relay that found it.
-        let _lock = sys::lock_file(&self.files.start_lock, true)
+        let _lock = gm_actors::state_file::lock(&self.files.start_lock, true)
             .map_err(|e| ConnectError::Other(format!("cannot lock {}: {e}", self.files.start_lock.display())))?;
         if let Ok(stream) = UnixStream::connect(&socket) {
             return handshake(stream, hello, direct_fds);

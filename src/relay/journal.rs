@@ -420,6 +420,7 @@ impl Journal {
     /// The active region's valid records, in order.
     fn records(&self) -> Result<Vec<(u8, Vec<u8>)>, JournalError> {
         let base = region_base(self.region);
+        let held = held_bytes(&self.file.metadata()?);
         let mut offset = 0u64;
         let mut out = Vec::new();
         loop {
@@ -433,6 +434,11 @@ impl Journal {
             let crc = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
             let epoch = u32::from_le_bytes([head[8], head[9], head[10], head[11]]);
             if len < RECORD_HEAD || epoch != self.epoch || (offset == 0) != (head[12] == SNAPSHOT) {
+                break;
+            }
+            // The length is read before the CRC can vouch for it: a damaged one (up to 4 GiB)
+            // must not be allocated. A record lies in its region and in bytes the file holds.
+            if !fits(len as u64, offset, held) {
                 break;
             }
             let mut payload = vec![0u8; len - RECORD_HEAD];
@@ -451,6 +457,26 @@ impl Journal {
             return Err(JournalError::Corrupt);
         }
         Ok(out)
+    }
+}
+
+/// Whether a record of `len` bytes at `offset` in its region can be one the journal wrote:
+/// it ends inside the region, and is no longer than the bytes the file holds.
+fn fits(len: u64, offset: u64, held: u64) -> bool {
+    offset.checked_add(len).is_some_and(|end| end <= REGION) && len <= held
+}
+
+/// How many bytes of the file hold data: a memory file is sparse, and every byte a record was
+/// written to takes memory, so a record can be no longer than this (its length alone can say
+/// up to 4 GiB of a hole, read as zeros).
+fn held_bytes(meta: &std::fs::Metadata) -> u64 {
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::MetadataExt::blocks(meta).saturating_mul(512)
+    }
+    #[cfg(not(unix))]
+    {
+        meta.len()
     }
 }
 
@@ -585,6 +611,50 @@ mod tests {
         sys::write_all_at(&file, &[0u8; 8], end + 30).expect("cut");
         let recovered = Journal::recover(&file, 1 << 20, |_| false).expect("recover");
         assert_eq!(recovered.state.inflight.keys().collect::<Vec<_>>(), ["n1"]);
+    }
+
+    /// The process's peak resident memory (`VmHWM`), in bytes.
+    fn peak_rss() -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").expect("status");
+        let line = status.lines().find(|l| l.starts_with("VmHWM:")).expect("VmHWM");
+        line.split_whitespace().nth(1).and_then(|kb| kb.parse::<u64>().ok()).expect("kB") * 1024
+    }
+
+    #[test]
+    fn a_record_with_a_forged_huge_length_ends_the_region_without_being_allocated() {
+        let file = memory();
+        Journal::create(file.try_clone().expect("clone"), 1 << 20, State::default(), b"").expect("create");
+        let (mut worker, _) = Journal::open(file.try_clone().expect("clone"), 1 << 20).expect("open");
+        worker.input(call(1).as_bytes()).expect("input");
+        // A head that passes every check but the CRC's, saying nearly 4 GiB follow (a hole of
+        // the sparse file, read as zeros, would fill all of it).
+        let at = region_base(worker.region) + worker.end;
+        let mut head = Vec::new();
+        head.extend_from_slice(&(u32::MAX - 1).to_le_bytes());
+        head.extend_from_slice(&0u32.to_le_bytes());
+        head.extend_from_slice(&worker.epoch.to_le_bytes());
+        head.push(INPUT);
+        sys::write_all_at(&file, &head, at).expect("forge");
+        let held = held_bytes(&file.metadata().expect("meta"));
+        assert!(held < u64::from(u32::MAX - 1), "the file holds {held} bytes");
+        assert!(!fits(u64::from(u32::MAX - 1), worker.end, held), "refused before any allocation");
+
+        let before = peak_rss();
+        let recovered = Journal::recover(&file, 1 << 20, |_| false).expect("recover");
+        assert_eq!(recovered.state.inflight.keys().collect::<Vec<_>>(), ["n1"], "the records before it are kept");
+        assert!(recovered.touched);
+        // Reading it would have taken gigabytes; other tests running meanwhile take far less.
+        let grew = peak_rss().saturating_sub(before);
+        assert!(grew < 1 << 30, "the peak memory grew by {grew} bytes");
+    }
+
+    #[test]
+    fn a_record_must_end_in_its_region_and_in_what_the_file_holds() {
+        assert!(fits(13, 0, 4096));
+        assert!(fits(4096, 0, 4096));
+        assert!(!fits(4097, 0, 4096), "longer than the file holds");
+        assert!(!fits(100, REGION - 50, 1 << 40), "past its region's end");
+        assert!(!fits(u64::MAX, 1, u64::MAX), "no overflow");
     }
 
     #[test]

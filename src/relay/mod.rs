@@ -103,6 +103,11 @@ pub fn run(opts: RelayOptions) -> i32 {
             return 1;
         }
     }
+    // Before anything is written under `.gm/`: what a repository committed there is checked.
+    if let Err(e) = Files::of(&workspace).check() {
+        eprintln!("gm: {e}");
+        return 1;
+    }
     let relay = Arc::new(Relay::new(opts, workspace));
     if relay.direct.is_some() {
         return run_direct(relay);

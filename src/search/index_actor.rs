@@ -239,6 +239,18 @@ impl SearchIndex {
         }
     }
 
+    /// The index folder deleted under a running worker (someone cleaning `.gm/`): the open
+    /// index, whose files and lock are gone, is dropped, and the next use opens a new one and
+    /// builds it, instead of failing on the missing lock file. A build in progress is left to
+    /// finish (its own failure says what happened).
+    fn reopen_if_deleted(&mut self) {
+        if self.index.is_some() && self.building.is_none() && !self.dir.join("meta.json").exists() {
+            self.index = None;
+            self.pending.clear();
+            self.log(serde_json::json!({ "state": "reopened", "why": "the index folder was deleted" }));
+        }
+    }
+
     fn index(&mut self) -> Result<&mut LineIndex, IndexError> {
         if self.index.is_none() {
             self.index = Some(LineIndex::open(&self.workspace, &self.dir)?);
@@ -347,6 +359,7 @@ impl Handler<Search> for SearchIndex {
         if let Some(reply) = self.search_while_building(&msg) {
             return Ok(reply);
         }
+        self.reopen_if_deleted();
         if let Some(reply) = self.first_answer(&msg, ctx)? {
             return Ok(reply);
         }

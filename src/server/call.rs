@@ -44,6 +44,9 @@ struct ActionFields<'a> {
     baggage: Option<&'a Value>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     cancelled: bool,
+    /// Files outside the workspace written through a link (see `Ctx::wrote_through_link`).
+    #[serde(rename = "wroteOutside", skip_serializing_if = "<[String]>::is_empty")]
+    wrote_outside: &'a [String],
 }
 
 /// What a call runs, decided at its arrival.
@@ -101,9 +104,14 @@ async fn call_tool(
     let started = Instant::now();
     let ticker = traits.progress.then(|| progress_ticker(&app, &conn, meta.as_ref())).flatten();
     let run = run_work(&app, &name, &args, work, cancel.clone(), &scope);
-    let (outcome, in_flight) = std::panic::AssertUnwindSafe(run).catch_unwind().await.unwrap_or_else(|panic| {
-        (Err(VerbError::Internal(format!("{name} panicked: {}", verbs::panic_message(&panic))).to_json()), 0)
-    });
+    let (outcome, in_flight, wrote_outside) =
+        std::panic::AssertUnwindSafe(run).catch_unwind().await.unwrap_or_else(|panic| {
+            (
+                Err(VerbError::Internal(format!("{name} panicked: {}", verbs::panic_message(&panic))).to_json()),
+                0,
+                Vec::new(),
+            )
+        });
     if let Some(t) = ticker {
         t.abort();
     }
@@ -130,6 +138,7 @@ async fn call_tool(
         tracestate: trace("tracestate"),
         baggage: trace("baggage"),
         cancelled: was_cancelled,
+        wrote_outside: &wrote_outside,
     };
     if let Some(log) = &app.ctx.log {
         log.do_send(secrets.log_event("action", &fields).in_scope(Some(&scope)));
@@ -163,22 +172,22 @@ async fn run_work(
     work: Work,
     cancel: CancelToken,
     scope: &Scope,
-) -> (Result<ToolOutput, Value>, usize) {
+) -> (Result<ToolOutput, Value>, usize, Vec<String>) {
     match work {
         Work::Verb => {
             let called = verbs::call(app.ctx.for_call(cancel, Some(scope.clone())), name, args).await;
-            (called.result.map(ToolOutput::json).map_err(|e| e.to_json()), called.in_flight)
+            (called.result.map(ToolOutput::json).map_err(|e| e.to_json()), called.in_flight, called.wrote_outside)
         }
         Work::Loop(rest, pool) => {
             let permit = tokio::select! {
                 biased;
-                () = cancel.cancelled() => return (Err(VerbError::Cancelled.to_json()), 0),
+                () = cancel.cancelled() => return (Err(VerbError::Cancelled.to_json()), 0, Vec::new()),
                 permit = app.ctx.scheduler.admit(pool, false) => permit,
             };
             let in_flight = permit.as_ref().map_or(0, |p| p.in_flight);
             let outcome = rest.await;
             drop(permit);
-            (outcome, in_flight)
+            (outcome, in_flight, Vec::new())
         }
     }
 }

@@ -42,22 +42,26 @@ const SHUTDOWN_GRACE: Duration = Duration::from_millis(700);
 /// How long a session that ends waits for its cancelled calls to finish (and log their events).
 const DRAIN_LIMIT: Duration = Duration::from_secs(3);
 
-/// Which protocol era a connection speaks, settled by its first `initialize` or its first
-/// request with a stateless envelope.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Era {
-    Unknown,
-    /// `initialize` and the versions it negotiates.
-    Legacy,
-    /// 2026-07-28: every request carries its envelope.
-    Modern,
-}
-
 /// The connection's state, owned by the server actor.
+///
+/// What is per request and what per connection: a request's era is decided by what that
+/// request carries, never by an earlier one — an envelope in `params._meta` makes it a
+/// 2026-07-28 request, which brings its own version, capabilities and client
+/// ([`stateless`]); none makes it a request of the handshake era, and `initialize` always
+/// selects the handshake. So a client may probe with `server/discover` and then `initialize`,
+/// and an enveloped request after `initialize` is still served as 2026-07-28. Kept here, per connection, is only what the handshake era
+/// needs — the version and capabilities `initialize` settled (`protocol`, `elicitation`) —
+/// and what gm keeps per connection in either era: the run and its read gate, the calls
+/// running, the questions asked.
 struct Session {
-    era: Era,
+    /// The version `initialize` negotiated; `None` before it. Handshake-era requests only:
+    /// batches, caching hints, `notifications/tools/list_changed`.
     protocol: Option<&'static str>,
-    /// What the client said of itself in `initialize`.
+    /// The connection has served a 2026-07-28 request: for its one `initialize` log event and
+    /// `gm status`, never to decide how a request is served.
+    stateless_seen: bool,
+    /// What the client said of itself (in `initialize`, or in the first envelope), for
+    /// `gm status`.
     client: Option<Value>,
     run: RunSession,
     /// Calls in progress, by request id, and how to cancel them.
@@ -127,10 +131,11 @@ struct Later {
 impl Server {
     /// The server of one session. `stdio`: the session is `--no-relay`'s stdin and stdout.
     pub fn new(app: Rc<App>, conn: Conn, run: RunSession, worker: Addr<Worker>, stdio: bool) -> Self {
-        let modern = conn.stateless;
         let session = Session {
-            era: if modern { Era::Modern } else { Era::Unknown },
-            protocol: modern.then_some(crate::protocol::modern::VERSION),
+            protocol: None,
+            // The front's shared link serves nothing else: no `initialize` event is logged
+            // for it.
+            stateless_seen: conn.stateless,
             client: None,
             run,
             running: HashMap::new(),
@@ -163,20 +168,22 @@ impl Server {
     fn on_line(&mut self, line: String, ctx: &mut Context<Self>) {
         // Most lines are tools/calls: those are read without building JSON values.
         if let Some(mut call) = mcp::parse_tool_call(&line) {
+            // The call's own envelope decides its era, as for any request (see `Session`).
             let enveloped = call.meta.as_ref().is_some_and(|m| m.contains_key(modern::PROTOCOL_VERSION_KEY));
-            match self.session.era {
-                Era::Legacy => return self.answer_later_call(call, ctx),
-                Era::Unknown if !enveloped => return self.answer_later_call(call, ctx),
-                // A retry carries its answer outside what the quick read looks at.
-                Era::Modern if !line.contains("\"requestState\"") => match modern::envelope(call.meta.as_ref()) {
+            if !enveloped && !self.conn.stateless {
+                return self.answer_later_call(call, ctx);
+            }
+            // A retry carries its answer outside what the quick read looks at; a call without
+            // an envelope on the shared link is refused by `dispatch`.
+            if enveloped && !line.contains("\"requestState\"") {
+                return match self.envelope(call.meta.as_ref()) {
                     Ok(envelope) => {
                         call.modern = true;
                         let later = self.start_stateless_call(call, envelope.elicitation);
-                        return self.answer_later(later, None, ctx);
+                        self.answer_later(later, None, ctx)
                     }
-                    Err(e) => return self.send(jsonrpc::error(&call.id, &e)),
-                },
-                _ => {}
+                    Err(e) => self.send(jsonrpc::error(&call.id, &e)),
+                };
             }
         }
         let v: Value = match serde_json::from_str(&line) {
@@ -317,7 +324,7 @@ impl Server {
                 if let Some(later) = self.later_request(&id, &method) {
                     return Reply::Later(later);
                 }
-                let reply = match self.on_request(&method, params) {
+                let reply = match self.on_request(&method, params, self.session.protocol) {
                     Ok(result) => jsonrpc::result(&id, result),
                     Err(e) => jsonrpc::error(&id, &e),
                 };
@@ -386,8 +393,9 @@ struct ToolsChanged;
 impl StreamHandler<ToolsChanged> for Server {
     fn handle(&mut self, _: ToolsChanged, _: &mut Context<Self>) {
         // Before initialize the host has not listed anything; after the end nobody listens; a
-        // stateless client is sent nothing it did not ask for (tools/list says ttlMs 0).
-        if self.session.era == Era::Legacy && self.session.ending.is_none() {
+        // stateless client is sent nothing it did not ask for (tools/list says ttlMs 0), and a
+        // connection that also initialized hears of changes as its handshake says.
+        if self.session.protocol.is_some() && self.session.ending.is_none() {
             self.send(json!({ "jsonrpc": "2.0", "method": "notifications/tools/list_changed" }));
         }
     }
@@ -544,7 +552,7 @@ impl Handler<Describe> for Server {
         MessageResult(json!({
             "session": &*self.conn.session,
             "client": self.session.client,
-            "protocolVersion": self.session.protocol,
+            "protocolVersion": self.session.protocol.or(self.session.stateless_seen.then_some(modern::VERSION)),
             "surface": self.conn.surface.as_str(),
             "transport": if self.stdio { "stdio" } else if self.conn.stateless { "stateless" } else { "relay" },
             "direct": self.conn.direct,

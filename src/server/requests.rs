@@ -40,13 +40,21 @@ impl Server {
         None
     }
 
-    pub(super) fn on_request(&mut self, method: &str, params: Value) -> Result<Value, RpcError> {
+    /// One request other than tools/call; `protocol` is the version it speaks (the handshake's
+    /// for a request of that era, `None` before `initialize`).
+    pub(super) fn on_request(
+        &mut self,
+        method: &str,
+        params: Value,
+        protocol: Option<&'static str>,
+    ) -> Result<Value, RpcError> {
         match method {
             "initialize" => {
                 let requested = params.get("protocolVersion").and_then(Value::as_str);
                 let result = mcp::initialize_result(requested);
+                // The handshake's state is the connection's: later requests without an
+                // envelope speak this version.
                 self.session.protocol = Some(result.protocol_version);
-                self.session.era = super::Era::Legacy;
                 self.session.client = params.get("clientInfo").cloned();
                 self.session.elicitation = params.pointer("/capabilities/elicitation").is_some_and(Value::is_object);
                 self.log(
@@ -87,7 +95,7 @@ impl Server {
                 let skills = &self.app.ctx.skills;
                 let entries: Vec<Value> = skills.names().iter().filter_map(|n| skills.entry(n).ok()).collect();
                 let (skills, next_cursor) = page(entries, &params, self.conn.page_size)?;
-                let cache = mcp::CacheHints::for_protocol(self.session.protocol);
+                let cache = mcp::CacheHints::for_protocol(protocol);
                 ok(&mcp::ListSkillsResult { result_type: "complete", skills, next_cursor, cache })
             }
             "skills/get" => {
@@ -99,7 +107,7 @@ impl Server {
                     .and_then(|r| r.strip_suffix("/SKILL.md"))
                     .ok_or_else(|| unknown(format!("not a SKILL.md URI: {uri}")))?;
                 let entry = self.app.ctx.skills.entry(skill).map_err(|e| unknown(e.to_string()))?;
-                let cache = mcp::CacheHints::for_protocol(self.session.protocol);
+                let cache = mcp::CacheHints::for_protocol(protocol);
                 ok(&mcp::GetSkillResult { result_type: "complete", skill: entry, cache })
             }
             other => Err(RpcError::new(jsonrpc::METHOD_NOT_FOUND, format!("method not found: {other}"))),
@@ -150,7 +158,8 @@ fn ok<T: Serialize>(result: &T) -> Result<Value, RpcError> {
 
 fn resource(f: skills::SkillFile) -> mcp::Resource {
     mcp::Resource {
-        name: format!("{}/{}", f.skill, f.file),
+        name: f.name.unwrap_or_else(|| format!("{}/{}", f.skill, f.file)),
+        description: f.description,
         uri: f.uri,
         mime_type: "text/markdown",
         size: f.size,

@@ -3,6 +3,16 @@
 //! cannot be a request to the client: the call's result is `input_required`, and the client
 //! sends the same call again with the answer.
 //!
+//! Which revision a request speaks is decided by that request alone: its envelope makes it a
+//! 2026-07-28 request; without one it belongs to the handshake era (`initialize` and the
+//! versions it negotiates), whatever came before on the connection. `initialize` is the
+//! handshake itself and always selects it, whatever its `_meta` holds (as the relay, which
+//! answers an early `initialize` itself, takes it). A client that probed with
+//! `server/discover` may fall back to `initialize`, and one that initialized may send
+//! enveloped requests. Only the front's shared link (`Conn::stateless`), on which no
+//! handshake can happen, takes nothing but 2026-07-28 requests (`initialize` there is a
+//! method the revision removed).
+//!
 //! gm's questions come from a run_code body that is already running (a workspace server
 //! nobody approved yet). The body is not run again: it waits, its call answers
 //! `input_required` with a `requestState` naming it, and the retry — a new request — takes
@@ -13,9 +23,9 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use futures::channel::oneshot;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
-use super::{call, Era, Reply, Server};
+use super::{call, Reply, Server};
 use crate::protocol::jsonrpc::{self, RpcError};
 use crate::protocol::mcp;
 use crate::protocol::modern::{self, Envelope};
@@ -42,33 +52,28 @@ pub(super) struct Route {
 }
 
 impl Server {
-    /// Whether a request is stateless, checked: `Ok(None)` for the `initialize` era (a
-    /// connection that initialized, or a request with no envelope before either), an error
-    /// for a malformed envelope, a version gm does not serve, or a method the revision removed.
+    /// Whether a request is stateless, checked: `Ok(None)` for a request of the handshake era
+    /// (`initialize`, or a request without an envelope, on a connection that can initialize),
+    /// an error for a malformed envelope, a version gm does not serve, or a method the
+    /// revision removed.
     pub(super) fn stateless(&mut self, method: &str, params: &Value) -> Result<Option<Envelope>, RpcError> {
-        let enveloped = modern::carries_envelope(params);
-        match self.session.era {
-            Era::Legacy => return Ok(None),
-            // A first initialize picks the initialize era, whatever its _meta says.
-            Era::Unknown if !enveloped || method == "initialize" => return Ok(None),
-            Era::Modern if method == "initialize" && !enveloped => {
-                let requested = params.get("protocolVersion").and_then(Value::as_str).unwrap_or_default();
-                let mut e = modern::unsupported(requested);
-                e.message = format!(
-                    "this connection serves the {} protocol; the initialize handshake is not accepted",
-                    modern::VERSION
-                );
-                return Err(e);
-            }
-            _ => {}
+        if !self.conn.stateless && (method == "initialize" || !modern::carries_envelope(params)) {
+            return Ok(None);
         }
-        let envelope = modern::envelope(params.get("_meta").and_then(Value::as_object))?;
+        let envelope = self.envelope(params.get("_meta").and_then(Value::as_object))?;
         if let Some(e) = modern::removed(method) {
             return Err(e);
         }
-        if self.session.era == Era::Unknown {
-            self.session.era = Era::Modern;
-            self.session.protocol = Some(modern::VERSION);
+        Ok(Some(envelope))
+    }
+
+    /// A stateless request's envelope, checked. The first one a connection serves is logged
+    /// as its `initialize` (the run's log says which revision its client spoke) and names the
+    /// client for `gm status` if `initialize` did not; neither decides how a later request is
+    /// served.
+    pub(super) fn envelope(&mut self, meta: Option<&Map<String, Value>>) -> Result<Envelope, RpcError> {
+        let envelope = modern::envelope(meta)?;
+        if !std::mem::replace(&mut self.session.stateless_seen, true) {
             self.log(
                 "initialize",
                 json!({ "protocolVersion": modern::VERSION, "stateless": true, "client": envelope.client }),
@@ -77,7 +82,7 @@ impl Server {
         if self.session.client.is_none() {
             self.session.client.clone_from(&envelope.client);
         }
-        Ok(Some(envelope))
+        Ok(envelope)
     }
 
     /// One checked stateless request.
@@ -100,7 +105,7 @@ impl Server {
             call.modern = true;
             return Reply::Later(self.start_stateless_call(call, envelope.elicitation));
         }
-        let reply = match self.on_request(method, params) {
+        let reply = match self.on_request(method, params, Some(modern::VERSION)) {
             Ok(result) => jsonrpc::result(&id, modern::complete(method, result)),
             Err(e) => jsonrpc::error(&id, &modern::error(e)),
         };

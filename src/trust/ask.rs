@@ -8,6 +8,7 @@ use actix::Message;
 use serde_json::{json, Value};
 
 use super::Pending;
+use crate::text::escape_invisible;
 
 /// Ask the user whether `pending` may start, for the call `call` (its request id as a key).
 #[derive(Debug, Message)]
@@ -35,19 +36,36 @@ pub enum Consent {
     NotAsked,
 }
 
-/// The `elicitation/create` params for `pending`: the whole command line, the folder and the
-/// names of the variables it sets (never their values).
+/// The `elicitation/create` params for `pending`: the whole command line, the file it runs
+/// when its `PATH` or cwd decides that, the folder, and the variables it sets with their values
+/// as written (`${NAME}` not expanded: what the repository wrote, never the user's secrets).
+/// Every string is escaped as `gm trust` shows it: a host's dialog must not be reordered or
+/// cut by a control or bidi character of the entry.
 pub fn request_params(pending: &Pending, workspace: &std::path::Path) -> Value {
-    let env = if pending.env_names.is_empty() { "none".to_owned() } else { pending.env_names.join(", ") };
-    let message = format!(
-        "The workspace {} asks gm to start the MCP server \"{}\" from {}. It would run:\n\n  {}\n\nin {} with the environment variables: {}.\n\nAllow it to run? gm remembers this exact entry; a change to it asks again.",
-        workspace.display(),
-        pending.name,
-        pending.from,
-        pending.command_line,
-        pending.cwd,
-        env,
+    let shown = |s: &str| escape_invisible(s).into_owned();
+    let mut message = format!(
+        "The workspace {} asks gm to start the MCP server \"{}\" from {}. It would run:\n\n  {}\n\n",
+        shown(&workspace.display().to_string()),
+        shown(&pending.name),
+        shown(&pending.from),
+        shown(&pending.command_line),
     );
+    if let Some(program) = pending.program_shown() {
+        message.push_str(&format!("The program that starts: {program}\n"));
+    }
+    message.push_str(&format!("In the folder: {}\n", shown(&pending.cwd)));
+    let env = pending.env_shown();
+    if env.is_empty() {
+        message.push_str("With no environment variables besides gm's own.\n");
+    } else {
+        let note =
+            if pending.env_expands() { " (a ${NAME} is filled from your environment when it starts)" } else { "" };
+        message.push_str(&format!("With these environment variables, as written{note}:\n"));
+        for line in &env {
+            message.push_str(&format!("  {line}\n"));
+        }
+    }
+    message.push_str("\nAllow it to run? gm remembers this exact entry; a change to it asks again.");
     json!({
         "message": message,
         "requestedSchema": {
@@ -55,7 +73,7 @@ pub fn request_params(pending: &Pending, workspace: &std::path::Path) -> Value {
             "properties": {
                 "approve": {
                     "type": "boolean",
-                    "title": format!("Run {}", pending.name),
+                    "title": format!("Run {}", shown(&pending.name)),
                     "description": "Start this server now and whenever this entry is unchanged",
                     "default": true,
                 },
@@ -80,6 +98,30 @@ pub fn consent_of(result: Option<&Value>) -> Consent {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_question_shows_env_values_as_written_and_escapes_what_the_entry_holds() {
+        let named = crate::mcp_config::Named {
+            name: "evil\u{1b}[2K".into(),
+            entry: serde_json::from_value(json!({
+                "command": "npx",
+                "args": ["-y", "pkg\u{202e}txt.exe"],
+                "env": { "NODE_OPTIONS": "--require=./x.js", "TOKEN": "${API_KEY}" },
+            }))
+            .expect("entry"),
+            from: "/ws/.gm/mcp.json".into(),
+            layer: crate::mcp_config::Layer::Workspace,
+        };
+        let params = request_params(&Pending::of(&named, std::path::Path::new("/ws")), std::path::Path::new("/ws"));
+        let message = params["message"].as_str().expect("message");
+        assert!(message.contains("  NODE_OPTIONS=--require=./x.js\n"), "{message}");
+        assert!(message.contains("  TOKEN='${API_KEY}'\n"), "as written, unexpanded: {message}");
+        assert!(message.contains("pkg\\u202etxt.exe") && message.contains("evil\\u001b[2K"), "{message}");
+        let title = params.pointer("/requestedSchema/properties/approve/title").and_then(Value::as_str);
+        assert_eq!(title, Some("Run evil\\u001b[2K"));
+        let raw = |c: char| c == '\u{1b}' || c == '\u{202e}';
+        assert!(!message.contains(raw) && !title.unwrap_or_default().contains(raw), "{message}");
+    }
 
     #[test]
     fn only_an_accept_that_keeps_approve_approves() {

@@ -6,9 +6,15 @@
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 
-use super::entry::{quote, Pending};
+use super::entry::Pending;
 use super::store::{TrustError, TrustStore};
 use crate::mcp_config;
+use crate::text::escape_invisible;
+
+/// A path to show: a workspace's name comes from whoever made the folder.
+fn shown_path(p: &Path) -> String {
+    escape_invisible(&p.display().to_string()).into_owned()
+}
 
 /// What `gm trust` was asked.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,9 +62,9 @@ pub fn run(
                 return Err(CliError::NotApproved { name: name.clone(), workspace });
             }
             if removed.is_empty() {
-                writeln!(out, "No approvals to revoke in {}.", workspace.display())?;
+                writeln!(out, "No approvals to revoke in {}.", shown_path(&workspace))?;
             } else {
-                writeln!(out, "Revoked in {}: {}.", workspace.display(), removed.join(", "))?;
+                writeln!(out, "Revoked in {}: {}.", shown_path(&workspace), escape_invisible(&removed.join(", ")))?;
             }
             Ok(())
         }
@@ -90,17 +96,17 @@ fn approve(
 ) -> Result<(), CliError> {
     let (waiting, problems) = pending(workspace, store)?;
     for p in &problems {
-        writeln!(out, "warning: {p}")?;
+        writeln!(out, "warning: {}", escape_invisible(p))?;
     }
     if waiting.is_empty() {
-        writeln!(out, "No server of {} waits for approval.", workspace.display())?;
+        writeln!(out, "No server of {} waits for approval.", shown_path(workspace))?;
         return Ok(());
     }
     writeln!(
         out,
         "{} in {} wait{} for your approval. Once approved, gm starts {} with your rights whenever it serves this workspace:",
         if waiting.len() == 1 { "1 server".to_owned() } else { format!("{} servers", waiting.len()) },
-        workspace.join(".gm/mcp.json").display(),
+        shown_path(&workspace.join(".gm/mcp.json")),
         if waiting.len() == 1 { "s" } else { "" },
         if waiting.len() == 1 { "it" } else { "them" },
     )?;
@@ -113,7 +119,7 @@ fn approve(
     let mut approved = Vec::new();
     for p in &waiting {
         let ok = yes || {
-            write!(out, "Approve {}? [y/N] ", p.name)?;
+            write!(out, "Approve {}? [y/N] ", escape_invisible(&p.name))?;
             out.flush()?;
             let mut answer = String::new();
             input.read_line(&mut answer)?;
@@ -130,22 +136,32 @@ fn approve(
         writeln!(
             out,
             "Approved: {}. A gm serving this workspace starts them at their next call.",
-            approved.join(", ")
+            escape_invisible(&approved.join(", "))
         )?;
     }
     Ok(())
 }
 
-/// An entry in full: the command line, the cwd and the environment as written.
+/// An entry in full: the command line, the file it runs when that is not plain from the
+/// command (`PATH` and the cwd change it), the cwd and the environment as written. Every
+/// string is escaped: the entry is a stranger's, and a control character in it would rewrite
+/// what the terminal shows.
 fn show(p: &Pending, out: &mut dyn Write) -> std::io::Result<()> {
-    writeln!(out, "\n  {}", p.name)?;
-    writeln!(out, "    command: {}", p.command_line)?;
-    writeln!(out, "    cwd:     {}", p.cwd)?;
-    if p.env_as_written.is_empty() {
+    writeln!(out, "\n  {}", escape_invisible(&p.name))?;
+    writeln!(out, "    command: {}", escape_invisible(&p.command_line))?;
+    if let Some(program) = p.program_shown() {
+        writeln!(out, "    program: {program}")?;
+    }
+    writeln!(out, "    cwd:     {}", escape_invisible(&p.cwd))?;
+    let env = p.env_shown();
+    if env.is_empty() {
         writeln!(out, "    env:     (none besides gm's environment)")?;
     } else {
-        for (i, (k, v)) in p.env_as_written.iter().enumerate() {
-            writeln!(out, "    {}{k}={}", if i == 0 { "env:     " } else { "         " }, quote(v))?;
+        for (i, line) in env.iter().enumerate() {
+            writeln!(out, "    {}{line}", if i == 0 { "env:     " } else { "         " })?;
+        }
+        if p.env_expands() {
+            writeln!(out, "             (as written: a ${{NAME}} is filled from your environment when it starts)")?;
         }
     }
     writeln!(out)
@@ -154,14 +170,14 @@ fn show(p: &Pending, out: &mut dyn Write) -> std::io::Result<()> {
 fn list(workspace: &Path, store: &TrustStore, out: &mut dyn Write) -> Result<(), CliError> {
     let approvals = store.list(workspace)?;
     if approvals.is_empty() {
-        writeln!(out, "No approvals in {}.", workspace.display())?;
+        writeln!(out, "No approvals in {}.", shown_path(workspace))?;
         return Ok(());
     }
     // Which approvals still match the entry in .gm/mcp.json.
     let current: Vec<Pending> = mcp_config::load(workspace, None)
         .map(|c| c.servers.iter().filter(|n| super::needs_consent(n)).map(|n| Pending::of(n, workspace)).collect())
         .unwrap_or_default();
-    writeln!(out, "Approved in {}:", workspace.display())?;
+    writeln!(out, "Approved in {}:", shown_path(workspace))?;
     for (name, a) in &approvals {
         let state = match current.iter().find(|p| &p.name == name) {
             Some(p) if p.sha256 == a.sha256 => "",
@@ -169,7 +185,8 @@ fn list(workspace: &Path, store: &TrustStore, out: &mut dyn Write) -> Result<(),
             None => " [no longer in .gm/mcp.json]",
         };
         let env = if a.env_names.is_empty() { String::new() } else { format!(", env: {}", a.env_names.join(", ")) };
-        writeln!(out, "  {name}: {} (approved {}{env}){state}", a.command_line, a.approved_at)?;
+        let line = format!("  {name}: {} (approved {}{env}){state}", a.command_line, a.approved_at);
+        writeln!(out, "{}", escape_invisible(&line))?;
     }
     Ok(())
 }

@@ -1,12 +1,16 @@
 //! `~/.gmnew/trust.json`: the workspace servers the user approved, per workspace (its canonical
-//! path) and server name, each under the hash of the entry as it was approved. Mode 0600,
+//! path) and server name, each under the hash of the entry as it was approved. Mode 0600 from
+//! its creation (its temporary is created 0600, never readable by others for an instant),
 //! replaced whole under `~/.gmnew/.lock`, so two gm processes never lose each other's approval.
-//! A file others could write is not believed: an approval there may not be the user's.
+//! An approval must be the user's own: a file others could write, a link, a file or a
+//! `~/.gmnew` of another user is not believed (no approvals, and an error saying why), and
+//! nothing is written there.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use gm_actors::builds;
+use gm_actors::state_file::{self, StateFileError};
 use serde::{Deserialize, Serialize};
 
 use super::entry::Pending;
@@ -23,6 +27,11 @@ pub enum TrustError {
     Corrupt { path: PathBuf, why: String },
     #[error("{path} can be written by other users (mode {mode:o}); its approvals are not believed until it is 0600")]
     Unsafe { path: PathBuf, mode: u32 },
+    #[error("{path} belongs to uid {owner}, not to you (uid {me}): approvals there are not believed and none is written; make it yours (chown) or remove it")]
+    NotYours { path: PathBuf, owner: u32, me: u32 },
+    /// trust.json is a link, not a regular file, or another user's (`state_file` says which).
+    #[error("{0}; its approvals are not believed and none is written")]
+    Refused(StateFileError),
     #[error("{0}: a workspace path that is not Unicode cannot be recorded")]
     NotUnicode(PathBuf),
 }
@@ -121,26 +130,63 @@ impl TrustStore {
         Ok(removed)
     }
 
+    /// The file's approvals; none when it does not exist. Opened without following a link,
+    /// and judged on what was opened (no swap between a check and the read).
     fn read(&self) -> Result<TrustFile, TrustError> {
         let path = self.path();
-        let text = match std::fs::read_to_string(&path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(TrustFile::default()),
-            Err(source) => return Err(TrustError::Io { path, source }),
+        if !self.check_root()? {
+            return Ok(TrustFile::default());
+        }
+        let mut file = match state_file::open_own(&path, state_file::How::READ) {
+            Ok(f) => f,
+            Err(e) if e.is_not_found() => return Ok(TrustFile::default()),
+            Err(StateFileError::Io { path, source }) => return Err(TrustError::Io { path, source }),
+            Err(refused) => return Err(TrustError::Refused(refused)),
         };
-        let meta = std::fs::metadata(&path).map_err(|source| TrustError::Io { path: path.clone(), source })?;
+        let io = |source| TrustError::Io { path: path.clone(), source };
+        let meta = file.metadata().map_err(io)?;
         if let Some(mode) = gm_actors::sys::permission_bits(&meta).filter(|m| m & 0o022 != 0) {
             return Err(TrustError::Unsafe { path, mode });
         }
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut file, &mut text).map_err(io)?;
         serde_json::from_str(&text).map_err(|e| TrustError::Corrupt { path, why: e.to_string() })
+    }
+
+    /// Whether the folder exists, refusing one of another user's: whoever owns it can put their
+    /// own approvals there, or take the user's away. (Below the home directory, `state_file`
+    /// checks `~/.gmnew` too; a store `at` a folder of its own is checked here.)
+    fn check_root(&self) -> Result<bool, TrustError> {
+        let meta = match std::fs::metadata(&self.root) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(source) => return Err(TrustError::Io { path: self.root.clone(), source }),
+        };
+        #[cfg(unix)]
+        {
+            let (owner, me) = (gm_actors::sys::owner_of(&meta), gm_actors::sys::current_uid());
+            if owner != me {
+                return Err(TrustError::NotYours { path: self.root.clone(), owner, me });
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = meta;
+        Ok(true)
     }
 
     /// Reads, edits and replaces the file under the lock; `edit` says whether it changed it.
     fn change(&self, edit: impl FnOnce(&mut TrustFile) -> bool) -> Result<(), TrustError> {
         let path = self.path();
         let io = |source| TrustError::Io { path: path.clone(), source };
-        std::fs::create_dir_all(&self.root).map_err(io)?;
-        let _lock = gm_actors::sys::lock_exclusive(&self.root.join(builds::LOCK_FILE)).map_err(io)?;
+        let mut folder = std::fs::DirBuilder::new();
+        folder.recursive(true);
+        // A new ~/.gmnew is the user's alone.
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut folder, 0o700);
+        folder.create(&self.root).map_err(io)?;
+        self.check_root()?;
+        let _lock =
+            gm_actors::state_file::lock_exclusive(&self.root.join(builds::LOCK_FILE)).map_err(|e| io(e.into()))?;
         let mut file = self.read()?;
         if !edit(&mut file) {
             return Ok(());
@@ -226,6 +272,62 @@ mod tests {
         store.approve(Path::new("/ws"), &a).expect("approve");
         std::fs::set_permissions(store.path(), std::os::unix::fs::PermissionsExt::from_mode(0o666)).expect("chmod");
         assert!(matches!(store.approved(Path::new("/ws"), "a", &a.sha256), Err(TrustError::Unsafe { .. })));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_linked_trust_file_is_not_believed_and_what_it_points_to_is_not_written() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let elsewhere = tempfile::tempdir().expect("elsewhere");
+        let a = pending("a", "x");
+        // A file that does approve the entry, reached through a link.
+        let other = TrustStore::at(elsewhere.path());
+        other.approve(Path::new("/ws"), &a).expect("approve");
+        let target = other.path();
+        let before = std::fs::read(&target).expect("read");
+        let store = TrustStore::at(dir.path());
+        std::os::unix::fs::symlink(&target, store.path()).expect("link");
+        let refused = store.approved(Path::new("/ws"), "a", &a.sha256);
+        assert!(matches!(&refused, Err(TrustError::Refused(StateFileError::Link { .. }))), "{refused:?}");
+        let message = refused.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(message.contains("symbolic link") && message.contains("not believed"), "{message}");
+        assert!(store.approve(Path::new("/ws"), &pending("b", "y")).is_err());
+        assert_eq!(std::fs::read(&target).expect("read"), before, "the link's target is untouched");
+        assert!(std::fs::symlink_metadata(store.path()).expect("meta").file_type().is_symlink());
+    }
+
+    /// Whether this test runs as root (it can give a file to another user); says so when not.
+    #[cfg(unix)]
+    fn as_root(test: &str) -> bool {
+        let root = gm_actors::sys::current_uid() == 0;
+        if !root {
+            eprintln!("{test}: skipped, not root: only root can give a file to another user");
+        }
+        root
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_trust_file_or_folder_of_another_user_is_refused() {
+        if !as_root("a_trust_file_or_folder_of_another_user_is_refused") {
+            return;
+        }
+        let nobody = 65534;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().join("gmnew");
+        let store = TrustStore::at(&root);
+        let a = pending("a", "x");
+        store.approve(Path::new("/ws"), &a).expect("approve");
+        std::os::unix::fs::chown(store.path(), Some(nobody), None).expect("chown file");
+        let refused = store.approved(Path::new("/ws"), "a", &a.sha256);
+        assert!(matches!(&refused, Err(TrustError::Refused(StateFileError::Foreign { .. }))), "{refused:?}");
+        std::fs::remove_file(store.path()).expect("rm");
+        std::os::unix::fs::chown(&root, Some(nobody), None).expect("chown folder");
+        let refused = store.approve(Path::new("/ws"), &a);
+        assert!(matches!(&refused, Err(TrustError::NotYours { owner: 65534, .. })), "{refused:?}");
+        assert!(refused.err().map(|e| e.to_string()).unwrap_or_default().contains("belongs to uid 65534"));
+        assert!(!store.path().exists(), "nothing written in another user's folder");
+        assert!(matches!(store.list(Path::new("/ws")), Err(TrustError::NotYours { .. })), "nor believed");
     }
 
     #[test]

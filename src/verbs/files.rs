@@ -185,6 +185,9 @@ pub struct WriteFileReply {
     pub path: String,
     pub bytes: usize,
     pub created: bool,
+    /// The file written, when a link led `path` outside the workspace.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub real_path: Option<String>,
 }
 
 pub async fn write_file(ctx: Ctx, args: WriteFileArgs) -> Result<WriteFileReply, VerbError> {
@@ -197,18 +200,26 @@ pub async fn write_file(ctx: Ctx, args: WriteFileArgs) -> Result<WriteFileReply,
             std::fs::create_dir_all(dir).map_err(|e| VerbError::io("cannot create the directory", dir, e))?;
         }
     }
-    write_atomic(&path, args.content.as_bytes())?;
+    let real = write_atomic(&path, args.content.as_bytes())?;
     touched(&ctx, &path);
-    Ok(WriteFileReply { path: path.to_string_lossy().into_owned(), bytes: args.content.len(), created })
+    let real_path = ctx.wrote_through_link(&path, &real);
+    Ok(WriteFileReply { path: path.to_string_lossy().into_owned(), bytes: args.content.len(), created, real_path })
 }
 
 /// Replaces `path`'s content all at once. Through a symlink the target is written (the link
 /// stays a link). A file with several hard links is written in place, so every link keeps
-/// seeing one file; anything else goes through a temp file and a rename.
-pub fn write_atomic(path: &Path, content: &[u8]) -> Result<(), VerbError> {
+/// seeing one file; anything else goes through a temp file and a rename. Returns the file
+/// written: `path` with every link resolved.
+pub fn write_atomic(path: &Path, content: &[u8]) -> Result<PathBuf, VerbError> {
     let target = match std::fs::canonicalize(path) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => path.to_owned(),
+        // A new file: where its folder really is (the folder may be a link).
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => match (path.parent(), path.file_name()) {
+            (Some(dir), Some(name)) => {
+                std::fs::canonicalize(dir).map(|d| d.join(name)).unwrap_or_else(|_| path.to_owned())
+            }
+            _ => path.to_owned(),
+        },
         Err(e) => return Err(VerbError::io("cannot resolve", path, e)),
     };
     let existing = std::fs::metadata(&target).ok();
@@ -217,7 +228,8 @@ pub fn write_atomic(path: &Path, content: &[u8]) -> Result<(), VerbError> {
             return Err(VerbError::IsADirectory(path.to_owned()));
         }
         if gm_actors::sys::hard_links(m) > 1 {
-            return std::fs::write(&target, content).map_err(|e| VerbError::io("cannot write", path, e));
+            std::fs::write(&target, content).map_err(|e| VerbError::io("cannot write", path, e))?;
+            return Ok(target);
         }
     }
     if target.parent().is_none() {
@@ -225,7 +237,8 @@ pub fn write_atomic(path: &Path, content: &[u8]) -> Result<(), VerbError> {
     }
     // A user's file: the new one keeps the old one's mode, and is synced before the rename.
     let mode = existing.as_ref().and_then(gm_actors::sys::permission_bits);
-    gm_actors::fs::replace_with(&target, content, mode, true).map_err(|e| VerbError::io("cannot write", path, e))
+    gm_actors::fs::replace_with(&target, content, mode, true).map_err(|e| VerbError::io("cannot write", path, e))?;
+    Ok(target)
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -252,6 +265,9 @@ pub struct EditFileReply {
     pub diff_cut: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub diff_file: Option<String>,
+    /// The file written, when a link led `path` outside the workspace.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub real_path: Option<String>,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -280,7 +296,8 @@ pub async fn edit_file(ctx: Ctx, args: EditFileArgs) -> Result<EditFileReply, Ve
         edit_in_place(&path, &args, &out_dir)?
     };
     touched(&ctx, &path);
-    Ok(reply)
+    let real_path = reply.real_path.as_deref().and_then(|real| ctx.wrote_through_link(&path, Path::new(real)));
+    Ok(EditFileReply { real_path, ..reply })
 }
 
 fn edit_in_place(path: &Path, args: &EditFileArgs, out_dir: &Path) -> Result<EditFileReply, VerbError> {
@@ -296,7 +313,7 @@ fn edit_in_place(path: &Path, args: &EditFileArgs, out_dir: &Path) -> Result<Edi
         _ => {}
     }
     let after = before.replace(&args.old, &args.new);
-    write_atomic(path, after.as_bytes())?;
+    let real = write_atomic(path, after.as_bytes())?;
     let shown = path.to_string_lossy().into_owned();
     let whole = super::edit_diff::replacement_diff(&before, &after, &starts, args.old.len(), args.new.len(), &shown);
     let (diff, diff_cut, diff_file) = if whole.len() > INLINE_DIFF {
@@ -307,7 +324,14 @@ fn edit_in_place(path: &Path, args: &EditFileArgs, out_dir: &Path) -> Result<Edi
     } else {
         (whole, 0, None)
     };
-    Ok(EditFileReply { path: shown, replacements: starts.len(), diff, diff_cut, diff_file })
+    Ok(EditFileReply {
+        path: shown,
+        replacements: starts.len(),
+        diff,
+        diff_cut,
+        diff_file,
+        real_path: Some(real.to_string_lossy().into_owned()),
+    })
 }
 
 /// When the text is not found verbatim, says whether it would match ignoring whitespace,

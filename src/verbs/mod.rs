@@ -102,6 +102,9 @@ pub struct Ctx {
     pub cancel: CancelToken,
     /// The host session (and its run) the call belongs to: its events carry them.
     pub scope: Option<Scope>,
+    /// Files outside the workspace this call wrote through a link (a repository's committed
+    /// `notes.md -> ~/.bashrc`): named in the reply and in the call's log event.
+    wrote_outside: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 /// The handles every call shares; fixed for the life of the server.
@@ -134,17 +137,31 @@ impl std::ops::Deref for Ctx {
 
 impl Ctx {
     pub fn new(shared: Shared) -> Self {
-        Self { shared: Arc::new(shared), cancel: CancelToken::default(), scope: None }
+        Self { shared: Arc::new(shared), cancel: CancelToken::default(), scope: None, wrote_outside: Arc::default() }
     }
 
     /// The same handles for a call of a session, with its own cancel token.
     pub fn for_call(&self, cancel: CancelToken, scope: Option<Scope>) -> Self {
-        Self { shared: self.shared.clone(), cancel, scope }
+        Self { shared: self.shared.clone(), cancel, scope, wrote_outside: Arc::default() }
     }
 
     /// The same handles and session with another cancel token.
     pub fn with_cancel(&self, cancel: CancelToken) -> Self {
-        Self { shared: self.shared.clone(), cancel, scope: self.scope.clone() }
+        Self { shared: self.shared.clone(), cancel, scope: self.scope.clone(), wrote_outside: Arc::default() }
+    }
+
+    /// Notes that this call wrote `real`, outside the workspace, where it was asked to write
+    /// `asked`, which a link led there; returns what the reply says (`realPath`). `None` when
+    /// the write stayed in the workspace or went where it was asked.
+    pub fn wrote_through_link(&self, asked: &Path, real: &Path) -> Option<String> {
+        if real == asked || real.starts_with(&*self.workspace) {
+            return None;
+        }
+        let real = real.to_string_lossy().into_owned();
+        if let Ok(mut wrote) = self.wrote_outside.lock() {
+            wrote.push(real.clone());
+        }
+        Some(real)
     }
 
     /// Logs an event of this call's session (a no-op without a log: the one-shot CLI).
@@ -412,6 +429,8 @@ pub fn find(name: &str) -> Option<&'static Verb> {
 pub struct Called {
     pub result: Result<Json, VerbError>,
     pub in_flight: usize,
+    /// Files outside the workspace the call wrote through a link, for its log event.
+    pub wrote_outside: Vec<String>,
 }
 
 /// Runs a verb by name: the one place every verb call goes through, from every surface.
@@ -422,12 +441,19 @@ pub struct Called {
 pub async fn call(ctx: Ctx, name: &str, args: &RawValue) -> Called {
     use futures::FutureExt;
     let Some(verb) = find(name) else {
-        return Called { result: Err(VerbError::UnknownVerb(name.to_owned())), in_flight: 0 };
+        return Called {
+            result: Err(VerbError::UnknownVerb(name.to_owned())),
+            in_flight: 0,
+            wrote_outside: Vec::new(),
+        };
     };
+    // Each call its own record of what it wrote outside (a body's calls share one Ctx).
+    let ctx = Ctx { wrote_outside: Arc::default(), ..ctx };
+    let wrote = ctx.wrote_outside.clone();
     let cancel = ctx.cancel.clone();
     let permit = tokio::select! {
         biased;
-        () = cancel.cancelled() => return Called { result: Err(VerbError::Cancelled), in_flight: 0 },
+        () = cancel.cancelled() => return Called { result: Err(VerbError::Cancelled), in_flight: 0, wrote_outside: Vec::new() },
         permit = ctx.scheduler.admit(Pool::Verb, verb.effect == Effect::Shell) => permit,
     };
     let in_flight = permit.as_ref().map_or(0, |p| p.in_flight);
@@ -447,7 +473,8 @@ pub async fn call(ctx: Ctx, name: &str, args: &RawValue) -> Called {
         run.await
     };
     drop(permit);
-    Called { result, in_flight }
+    let wrote_outside = wrote.lock().map(|mut w| std::mem::take(&mut *w)).unwrap_or_default();
+    Called { result, in_flight, wrote_outside }
 }
 
 pub fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {

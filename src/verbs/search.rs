@@ -258,7 +258,9 @@ pub async fn impact(ctx: Ctx, args: ImpactArgs) -> Result<ImpactReply, VerbError
 #[serde(deny_unknown_fields)]
 pub struct SymbolsArgs {
     /// A file (relative to the workspace) to outline: its definitions, nested (a class's
-    /// methods under it). Give `file` or `query`.
+    /// methods under it). Give `path` or `query`.
+    pub path: Option<String>,
+    /// Another name for `path` (the outline's file).
     pub file: Option<String>,
     /// A name to look for across the workspace: exact, prefix, or by identifier parts as
     /// `search` splits them (`user name` finds `getUserName`); `Type.name` narrows to a type's.
@@ -266,8 +268,9 @@ pub struct SymbolsArgs {
     /// Only definitions of this kind: function, method, class, struct, enum, interface (also
     /// matches traits), trait, type, constant, module, macro, impl. With `query` only.
     pub kind: Option<String>,
-    /// Only definitions in files under this path (relative to the workspace). With `query` only.
-    pub path: Option<String>,
+    /// Only definitions in files under this folder or file (relative to the workspace). With
+    /// `query` only.
+    pub under: Option<String>,
     /// Definitions to skip (a page's `next`); default 0.
     pub offset: Option<usize>,
     /// Definitions to return (default 200, at most 10000).
@@ -275,11 +278,17 @@ pub struct SymbolsArgs {
 }
 
 pub async fn symbols(ctx: Ctx, args: SymbolsArgs) -> Result<SymbolsReply, VerbError> {
-    let target = match (args.file, args.query) {
+    let file = match (args.path, args.file) {
+        (Some(path), Some(file)) if path != file => {
+            return Err(VerbError::InvalidArgs("path and file both name the file to outline: give one".into()))
+        }
+        (path, file) => path.or(file),
+    };
+    let target = match (file, args.query) {
         (Some(file), None) => {
-            if args.kind.is_some() || args.path.is_some() {
+            if args.kind.is_some() || args.under.is_some() {
                 return Err(VerbError::InvalidArgs(
-                    "kind and path narrow a query; an outline is of one whole file".into(),
+                    "kind and under narrow a query; an outline is of one whole file".into(),
                 ));
             }
             let rel = prefix(Some(&file))?
@@ -298,12 +307,17 @@ pub async fn symbols(ctx: Ctx, args: SymbolsArgs) -> Result<SymbolsReply, VerbEr
                     ))
                 })?),
             };
-            SymbolsOf::Query { query: query.trim().to_owned(), kind, path: prefix(args.path.as_deref())? }
+            SymbolsOf::Query { query: query.trim().to_owned(), kind, path: prefix(args.under.as_deref())? }
         }
-        _ => {
+        (Some(_), Some(_)) => {
             return Err(VerbError::InvalidArgs(
-                "give either file (an outline) or query (a search by name), not both".into(),
+                "give either path (a file's outline) or query (a search by name), not both; \
+                 under narrows a query to a folder"
+                    .into(),
             ))
+        }
+        (None, None) => {
+            return Err(VerbError::InvalidArgs("give path (a file's outline) or query (a search by name)".into()))
         }
     };
     let msg =

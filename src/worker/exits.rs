@@ -39,7 +39,7 @@ pub fn record(path: &Path, exit: &Exit) {
     if std::fs::metadata(path).is_ok_and(|m| m.len() > MAX_BYTES) {
         trim(path);
     }
-    if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+    if let Ok(mut f) = gm_actors::state_file::open_own(path, gm_actors::state_file::How::APPEND) {
         let _ = f.write_all(&line);
     }
 }

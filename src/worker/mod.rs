@@ -472,7 +472,7 @@ impl Worker {
             if bodies {
                 return (true, None);
             }
-            let lock = tokio::task::spawn_blocking(move || gm_actors::sys::lock_file(&lock_path, true)).await;
+            let lock = tokio::task::spawn_blocking(move || gm_actors::state_file::lock(&lock_path, true)).await;
             // A lock file that cannot be made (the workspace was deleted) keeps no relay out
             // either: leave without it.
             (false, lock.ok().and_then(Result::ok))

@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use gm_actors::state_file::{self, StateFileError};
 use sha2::{Digest, Sha256};
 
 /// The files of one workspace's worker, under its `.gm/`.
@@ -34,7 +35,42 @@ impl Files {
             state_dir,
         }
     }
+
+    /// Makes `.gm` when missing and checks what a repository may have committed there before
+    /// gm writes anything: `.gm` itself and each file and folder gm keeps in it must be a real
+    /// file or folder of this user's, not a link (a committed `.gm/log.jsonl -> ~/.bashrc` would
+    /// have gm append its log to the user's shell startup), and gm's folders hold no link.
+    /// Every gm that starts in a workspace (relay, worker, HTTP front, the one-shot CLI) calls
+    /// this first; the files themselves are then opened through [`gm_actors::state_file`].
+    pub fn check(&self) -> Result<(), StateFileError> {
+        state_file::folder(&self.workspace, &self.state_dir)?;
+        for name in OWN_FILES {
+            state_file::check_file(&self.state_dir.join(name))?;
+        }
+        for name in OWN_FOLDERS {
+            state_file::check_folder(&self.state_dir.join(name))?;
+        }
+        Ok(())
+    }
 }
+
+/// The files gm writes at the top of `.gm/` (ARCHITECTURE.md's table of workspace files says
+/// who may have written each and how gm defends).
+pub const OWN_FILES: &[&str] = &[
+    "log.jsonl",
+    "worker.pid",
+    "worker.lock",
+    "worker.log",
+    "worker-exits.jsonl",
+    "http.token",
+    "http.json",
+    "child-groups.json",
+    "run.json",
+    ".gitignore",
+];
+
+/// The folders gm makes in `.gm/` and writes into.
+pub const OWN_FOLDERS: &[&str] = &["runs", "jobs", "out", "blobs", "index", "calls", "watch", "http-login"];
 
 /// The folder of this user's worker sockets: `$XDG_RUNTIME_DIR/gm`, else `/tmp/gm-<uid>`,
 /// made private (0700) and refused when someone else owns it.

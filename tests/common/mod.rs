@@ -330,3 +330,39 @@ pub fn npm_packages(packages: &[&str]) -> PathBuf {
     }
     dir
 }
+
+/// `gm serve --http 127.0.0.1:0 <args>` in `workspace` with `env`, and its stderr, line by
+/// line, on a channel (where it listens, the login link, what it says of its token).
+pub fn spawn_http_front(
+    workspace: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
+    use std::io::BufRead;
+    let mut cmd = gm_command();
+    cmd.args(["serve", "--http", "127.0.0.1:0"]).args(args).current_dir(workspace);
+    cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("gm serve --http starts");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    (child, rx)
+}
+
+/// Stops an HTTP front with SIGTERM and waits for it to exit.
+pub fn stop_http_front(child: &mut std::process::Child) {
+    // SAFETY: kill(2) on the child this test started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while child.try_wait().ok().flatten().is_none() {
+        assert!(std::time::Instant::now() < deadline, "the front did not stop");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

@@ -232,7 +232,7 @@ fn stage_with(src: &Path, root: &Path, for_updater: bool) -> Result<Staged, Buil
 pub fn lock(root: &Path) -> Result<sys::FileLock, BuildError> {
     fs::create_dir_all(root).map_err(io_err(root))?;
     let path = root.join(LOCK_FILE);
-    sys::lock_exclusive(&path).map_err(|source| BuildError::Io { path, source })
+    crate::state_file::lock_exclusive(&path).map_err(|e| BuildError::Io { path, source: e.into() })
 }
 
 /// The version `<root>/current` points at, if it points at a version.

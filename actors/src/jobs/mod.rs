@@ -337,11 +337,16 @@ impl Jobs {
         std::fs::create_dir_all(&self.dir).map_err(|source| JobError::Files { path: self.dir.clone(), source })?;
         let (log, exit, _) = self.paths(&name);
         let _ = std::fs::remove_file(&exit);
+        // The log is opened here, never through a link in its place (a shell's `>` would follow
+        // one a repository committed), and given to the wrapper as its stdout.
+        let log_file = crate::state_file::open_own(&log, crate::state_file::How::REPLACE)
+            .map_err(|e| JobError::Files { path: log.clone(), source: e.into() })?;
         // The wrapper shell leads the group, runs the command in the same shell a foreground
         // shell uses (bash, else sh), sends its output to the log and writes its exit code when
-        // it ends, whether or not a gm is there to see it.
-        let wrapper =
-            r#""$4" -c "$1" > "$2" 2>&1 < /dev/null; code=$?; printf '%s\n' "$code" > "$3.tmp" && mv "$3.tmp" "$3""#;
+        // it ends, whether or not a gm is there to see it. The exit code's temporary file is
+        // removed first and written under `set -C` (noclobber), so it is made new, never
+        // written through whatever stands in its place; `mv` replaces a link, not its target.
+        let wrapper = r#""$4" -c "$1" 2>&1 < /dev/null; code=$?; rm -f "$3.tmp"; set -C; printf '%s\n' "$code" > "$3.tmp" && mv -f "$3.tmp" "$3""#;
         let mut cmd = std::process::Command::new(shell());
         cmd.arg("-c")
             .arg(wrapper)
@@ -353,7 +358,7 @@ impl Jobs {
             .current_dir(&msg.cwd)
             .envs(msg.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(Stdio::from(log_file))
             .stderr(Stdio::null());
         sys::own_process_group(&mut cmd);
         let child = cmd.spawn().map_err(JobError::Spawn)?;

@@ -115,7 +115,7 @@ fn change(root: &Path, edit: impl FnOnce(&mut State)) -> Result<(), SaveError> {
     let path = root.join(STATE_FILE);
     let err = |source| SaveError { path: path.clone(), source };
     std::fs::create_dir_all(root).map_err(err)?;
-    let _lock = crate::sys::lock_exclusive(&root.join(builds::LOCK_FILE)).map_err(err)?;
+    let _lock = crate::state_file::lock_exclusive(&root.join(builds::LOCK_FILE)).map_err(|e| err(e.into()))?;
     let mut state = read(root);
     edit(&mut state);
     let text = serde_json::to_vec_pretty(&state).map_err(|e| err(e.into()))?;
