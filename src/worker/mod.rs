@@ -118,6 +118,18 @@ struct Session {
     probe: Option<std::os::fd::OwnedFd>,
     /// A direct session's reader of the host's stdin, told to stop taking when the worker stops.
     leave: Option<direct::LeaveInput>,
+    /// The options its relay asked that this worker cannot apply, with why (`gm status`).
+    not_in_force: Vec<NotInForce>,
+}
+
+/// An option a session asked for that the workspace's worker does not apply to it, and why.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct NotInForce {
+    option: &'static str,
+    asked: Value,
+    in_force: Value,
+    why: &'static str,
 }
 
 impl Session {
@@ -219,6 +231,7 @@ impl Worker {
             Opened::TakenOver { from, step } => ("taken-over", Some(from.clone()), Some(*step)),
         };
         let differs = self.differences(&hello.worker);
+        let not_in_force = self.not_in_force(&hello.worker);
         self.log(
             Event::new(
                 "session",
@@ -231,6 +244,7 @@ impl Worker {
                     "surface": surface.as_str(),
                     "runOpened": { "how": how, "fromSession": from, "step": step },
                     "differs": (!differs.is_empty()).then_some(&differs),
+                    "notInForce": (!not_in_force.is_empty()).then_some(&not_in_force),
                 }),
             )
             .in_scope(Some(&scope)),
@@ -260,9 +274,36 @@ impl Worker {
             direct: hello.direct,
         };
         let server = Server::new(self.app.clone(), conn, run, ctx.address(), stdio).start();
-        self.sessions.insert(session, Session { server: server.clone(), probe, leave });
+        self.sessions.insert(session, Session { server: server.clone(), probe, leave, not_in_force });
         self.disarm_idle(ctx);
         Ok(server)
+    }
+
+    /// The options a relay asked that this worker cannot apply to its session, each with why:
+    /// both are the workspace's, shared by every session, so one session's value would change
+    /// the others' (the child servers a call of theirs reaches, the slots their calls wait for).
+    fn not_in_force(&self, asked: &WorkerSettings) -> Vec<NotInForce> {
+        let mine = &self.spec.settings;
+        let mut out = Vec::new();
+        if asked.max_inflight != mine.max_inflight {
+            out.push(NotInForce {
+                option: "--max-inflight",
+                asked: json!(asked.max_inflight),
+                in_force: json!(mine.max_inflight),
+                why: "calls of every session share the workspace worker's slots; its limit is the one its first \
+                      session started it with (stop the worker to start one with this limit)",
+            });
+        }
+        if asked.mcp_config != mine.mcp_config {
+            out.push(NotInForce {
+                option: "--mcp-config",
+                asked: json!(asked.mcp_config),
+                in_force: json!(mine.mcp_config),
+                why: "child servers are the workspace's, shared by every session; the worker follows the config \
+                      it started with, edits to it included (stop the worker to start one with this config)",
+            });
+        }
+        out
     }
 
     /// What a relay asked of the worker that this worker does otherwise (it keeps its own).
@@ -398,7 +439,8 @@ impl Worker {
 
     /// Everything `gm status` shows, as of now.
     fn status(&self, _: &mut Context<Self>) -> impl std::future::Future<Output = Value> + 'static {
-        let sessions: Vec<Addr<Server>> = self.sessions.values().map(|s| s.server.clone()).collect();
+        let sessions: Vec<(Addr<Server>, Vec<NotInForce>)> =
+            self.sessions.values().map(|s| (s.server.clone(), s.not_in_force.clone())).collect();
         let (jobs, children) = (self.app.ctx.jobs.clone(), self.app.ctx.children.clone());
         let worker = json!({
             "pid": self.build.pid,
@@ -415,8 +457,11 @@ impl Worker {
         });
         async move {
             let mut described = Vec::new();
-            for s in sessions {
-                if let Ok(d) = s.send(Describe).await {
+            for (s, not_in_force) in sessions {
+                if let Ok(mut d) = s.send(Describe).await {
+                    if let (false, Some(m)) = (not_in_force.is_empty(), d.as_object_mut()) {
+                        m.insert("notInForce".into(), json!(not_in_force));
+                    }
                     described.push(d);
                 }
             }

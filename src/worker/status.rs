@@ -84,6 +84,15 @@ pub fn render(workspace: &Path, status: Option<&Value>) -> String {
             x["callsInFlight"],
             task,
         ));
+        for n in x["notInForce"].as_array().into_iter().flatten() {
+            out.push_str(&format!(
+                "    not in force: {} {} (the worker has {}): {}\n",
+                text(&n["option"]),
+                n["asked"],
+                n["inForce"],
+                text(&n["why"])
+            ));
+        }
     }
     for (title, key) in [("jobs", "jobs"), ("background bodies", "bodies")] {
         let items = s[key].as_array().cloned().unwrap_or_default();
