@@ -7,21 +7,13 @@ use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 use super::jsonrpc::RpcError;
+pub use super::shared::{discover_versions, server_info, to_value, Implementation, LATEST_VERSION, PROTOCOL_VERSIONS};
 
-/// Versions gm speaks, newest first. `initialize` echoes one of these and answers any other
-/// with the first.
-pub const PROTOCOL_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05", "2024-10-07"];
-pub const LATEST_VERSION: &str = "2025-11-25";
 /// The only version that had JSON-RPC batches.
 pub const BATCH_VERSION: &str = "2025-03-26";
 /// The `_meta` key under which every tools/call result carries the run id.
 pub const RUN_META_KEY: &str = "com.anentrypoint.gmnew/run";
 pub const SKILLS_EXTENSION: &str = "io.modelcontextprotocol/skills";
-
-/// What `server/discover` offers: the stateless revision first, then the `initialize` era's.
-pub fn discover_versions() -> Vec<&'static str> {
-    super::modern::VERSIONS.iter().chain(PROTOCOL_VERSIONS).copied().collect()
-}
 
 pub fn negotiate(requested: Option<&str>) -> &'static str {
     requested.and_then(|r| PROTOCOL_VERSIONS.iter().find(|v| **v == r).copied()).unwrap_or(LATEST_VERSION)
@@ -35,10 +27,6 @@ pub fn capabilities() -> Value {
         "prompts": { "listChanged": false },
         "extensions": { SKILLS_EXTENSION: {} },
     })
-}
-
-pub fn server_info() -> Implementation {
-    Implementation { name: "gm", title: "gm", version: env!("CARGO_PKG_VERSION") }
 }
 
 /// The answer to `initialize` asking for `requested`: the same from the worker and from a
@@ -61,13 +49,6 @@ pub fn instructions() -> String {
 
 /// MCP result shapes, typed: the server builds these from gm's own types and nothing else
 /// builds them.
-#[derive(Debug, Serialize)]
-pub struct Implementation {
-    pub name: &'static str,
-    pub title: &'static str,
-    pub version: &'static str,
-}
-
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct InitializeResult {
@@ -250,11 +231,6 @@ pub struct GetSkillResult {
     pub cache: CacheHints,
 }
 
-/// A result as the JSON value a reply carries.
-pub fn to_value<T: Serialize>(result: &T) -> Value {
-    serde_json::to_value(result).unwrap_or(Value::Null)
-}
-
 /// One tools/call request: what the server needs of it.
 #[derive(Debug)]
 pub struct ToolCall {
@@ -365,7 +341,7 @@ pub fn tool_result_line(
     push_json_str(&mut out, run);
     if modern {
         out.push_str(r#",""#);
-        out.push_str(super::modern::SERVER_INFO_KEY);
+        out.push_str(super::shared::SERVER_INFO_KEY);
         out.push_str(r#"":"#);
         out.push_str(&to_value(&server_info()).to_string());
     }
@@ -419,10 +395,12 @@ mod tests {
                 let result = tool_result(value.clone(), is_error, "run-1", extra.map(str::to_owned));
                 let expected = json!({ "jsonrpc": "2.0", "id": id, "result": result });
                 assert_eq!(parsed, expected);
-                // The stateless revision's result is the same, completed as every result is.
+                // The stateless revision's result is the same, completed as every result is
+                // (modern.rs's tests check it is what `modern::complete` makes).
                 let modern: Value =
                     serde_json::from_str(&tool_result_line(&id, &raw, is_error, "run-1", extra, true)).expect("JSON");
-                assert_eq!(modern["result"], super::super::modern::complete("tools/call", result));
+                assert_eq!(modern["result"]["resultType"], "complete");
+                assert_eq!(modern["result"]["content"], result["content"]);
             }
         }
     }

@@ -4,3 +4,4 @@
 pub mod jsonrpc;
 pub mod mcp;
 pub mod modern;
+pub mod shared;

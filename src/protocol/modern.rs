@@ -8,16 +8,12 @@
 use serde_json::{json, Map, Value};
 
 use super::jsonrpc::{RpcError, INVALID_PARAMS, METHOD_NOT_FOUND, RESOURCE_NOT_FOUND};
-use super::mcp;
-
-/// The stateless revisions gm serves (the `initialize` era is negotiated by `initialize`).
-pub const VERSIONS: &[&str] = &["2026-07-28"];
-pub const VERSION: &str = "2026-07-28";
+use super::shared;
+pub use super::shared::{MODERN_VERSION as VERSION, MODERN_VERSIONS as VERSIONS, SERVER_INFO_KEY};
 
 pub const PROTOCOL_VERSION_KEY: &str = "io.modelcontextprotocol/protocolVersion";
 pub const CLIENT_CAPABILITIES_KEY: &str = "io.modelcontextprotocol/clientCapabilities";
 pub const LOG_LEVEL_KEY: &str = "io.modelcontextprotocol/logLevel";
-pub const SERVER_INFO_KEY: &str = "io.modelcontextprotocol/serverInfo";
 
 /// A header or envelope that disagrees with the body (HTTP).
 pub const HEADER_MISMATCH: i64 = -32020;
@@ -133,7 +129,7 @@ pub fn complete(method: &str, mut result: Value) -> Value {
     }
     let meta = obj.entry("_meta").or_insert_with(|| json!({}));
     if let Some(meta) = meta.as_object_mut() {
-        meta.insert(SERVER_INFO_KEY.to_owned(), mcp::to_value(&mcp::server_info()));
+        meta.insert(SERVER_INFO_KEY.to_owned(), shared::to_value(&shared::server_info()));
     }
     result
 }
@@ -170,7 +166,7 @@ pub fn input_required(key: &str, question: Value, state: &str) -> Value {
         "requestState": state,
     });
     if let Some(obj) = result.as_object_mut() {
-        obj.insert("_meta".to_owned(), json!({ SERVER_INFO_KEY: mcp::to_value(&mcp::server_info()) }));
+        obj.insert("_meta".to_owned(), json!({ SERVER_INFO_KEY: shared::to_value(&shared::server_info()) }));
     }
     result
 }
@@ -178,6 +174,17 @@ pub fn input_required(key: &str, question: Value, state: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tool_result_line_of_the_stateless_revision_is_the_result_completed() {
+        let value = json!({ "path": "a", "n": 1 });
+        let raw = serde_json::value::to_raw_value(&value).expect("serializes");
+        let line = super::super::mcp::tool_result_line(&json!(1), &raw, false, "run-1", None, true);
+        let parsed: Value = serde_json::from_str(&line).expect("JSON");
+        let plain = super::super::mcp::tool_result_line(&json!(1), &raw, false, "run-1", None, false);
+        let plain: Value = serde_json::from_str(&plain).expect("JSON");
+        assert_eq!(parsed["result"], complete("tools/call", plain["result"].clone()));
+    }
 
     fn meta(v: Value) -> Map<String, Value> {
         v.as_object().cloned().unwrap_or_default()

@@ -35,7 +35,6 @@ use crate::protocol::{mcp, modern};
 use crate::run::RunSession;
 use crate::trust::ask::{AskConsent, Consent};
 use crate::verbs;
-use crate::worker::{SessionEnded, SessionLeaving, Stop, Worker};
 
 /// How long calls still running when the host's side closes may take to reply.
 const SHUTDOWN_GRACE: Duration = Duration::from_millis(700);
@@ -107,11 +106,25 @@ struct Batch {
     replies: Vec<Option<String>>,
 }
 
+/// What a session tells whoever runs it (the worker), which the server does not know: the
+/// worker sits above the servers it runs, and they reach it only through this message.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub enum SessionNews {
+    /// Its host has gone; the session is ending (its calls get their grace), and its run may
+    /// be taken over by a session that opens meanwhile.
+    Leaving(std::sync::Arc<str>),
+    /// The session ended.
+    Ended(std::sync::Arc<str>),
+    /// `--no-relay`: the stdio host closed stdin, which ends the worker.
+    StdinClosed,
+}
+
 pub struct Server {
     app: Rc<App>,
     conn: Rc<Conn>,
     session: Session,
-    worker: Addr<Worker>,
+    worker: Recipient<SessionNews>,
     /// A stdio session (`--no-relay`): its end is the worker's end.
     stdio: bool,
 }
@@ -130,7 +143,7 @@ struct Later {
 
 impl Server {
     /// The server of one session. `stdio`: the session is `--no-relay`'s stdin and stdout.
-    pub fn new(app: Rc<App>, conn: Conn, run: RunSession, worker: Addr<Worker>, stdio: bool) -> Self {
+    pub fn new(app: Rc<App>, conn: Conn, run: RunSession, worker: Recipient<SessionNews>, stdio: bool) -> Self {
         let session = Session {
             protocol: None,
             // The front's shared link serves nothing else: no `initialize` event is logged
@@ -500,7 +513,7 @@ impl Handler<Incoming> for Server {
                 let err = RpcError::new(jsonrpc::PARSE_ERROR, "parse error: the line is not valid UTF-8");
                 self.send(jsonrpc::error(&Value::Null, &err));
             }
-            Incoming::Closed if self.stdio => self.worker.do_send(Stop::StdinClosed),
+            Incoming::Closed if self.stdio => self.worker.do_send(SessionNews::StdinClosed),
             Incoming::Closed => self.end(End::Closed, ctx),
         }
     }
@@ -577,7 +590,7 @@ impl Server {
         self.session.ending = Some(end);
         if end != End::Worker {
             // Its host is gone: the run is free for a session that comes to continue it.
-            self.worker.do_send(SessionLeaving { session: self.conn.session.clone() });
+            self.worker.do_send(SessionNews::Leaving(self.conn.session.clone()));
         }
         match end {
             End::Worker => self.cancel_running(),
@@ -631,7 +644,7 @@ impl Server {
             }
         };
         ctx.wait(actix::fut::wrap_future(flushed).map(|(), act: &mut Self, ctx| {
-            act.worker.do_send(SessionEnded { session: act.conn.session.clone() });
+            act.worker.do_send(SessionNews::Ended(act.conn.session.clone()));
             ctx.stop();
         }));
     }

@@ -37,7 +37,7 @@ use crate::app::{App, Conn};
 use crate::run::RunSession;
 use crate::run_state::{valid_session_id, Opened, RunState};
 use crate::server::surface::Surface;
-use crate::server::{Describe, EndNow, Server};
+use crate::server::{Describe, EndNow, Server, SessionNews};
 use hello::{Answer, Build, First, Hello, Welcome, WorkerSettings};
 use paths::Files;
 
@@ -80,21 +80,6 @@ impl Stop {
             Stop::Idle => "idle",
         }
     }
-}
-
-/// A session's server ended (its host left).
-#[derive(Debug, Message)]
-#[rtype(result = "()")]
-pub struct SessionEnded {
-    pub session: Arc<str>,
-}
-
-/// A session's host has gone; the session is ending (its calls get their grace), and its run
-/// may be taken over by a session that opens meanwhile.
-#[derive(Debug, Message)]
-#[rtype(result = "()")]
-pub struct SessionLeaving {
-    pub session: Arc<str>,
 }
 
 /// Opens the stdio session of `--no-relay`.
@@ -273,7 +258,7 @@ impl Worker {
             stateless: hello.stateless,
             direct: hello.direct,
         };
-        let server = Server::new(self.app.clone(), conn, run, ctx.address(), stdio).start();
+        let server = Server::new(self.app.clone(), conn, run, ctx.address().recipient(), stdio).start();
         self.sessions.insert(session, Session { server: server.clone(), probe, leave, not_in_force });
         self.disarm_idle(ctx);
         Ok(server)
@@ -717,20 +702,21 @@ impl Handler<OpenStdio> for Worker {
     }
 }
 
-impl Handler<SessionEnded> for Worker {
+impl Handler<SessionNews> for Worker {
     type Result = ();
-    fn handle(&mut self, msg: SessionEnded, ctx: &mut Context<Self>) {
-        self.sessions.remove(&msg.session);
-        self.leaving.remove(&msg.session);
-        self.arm_idle(ctx);
-    }
-}
-
-impl Handler<SessionLeaving> for Worker {
-    type Result = ();
-    fn handle(&mut self, msg: SessionLeaving, _: &mut Context<Self>) {
-        if self.sessions.contains_key(&msg.session) {
-            self.leaving.insert(msg.session);
+    fn handle(&mut self, news: SessionNews, ctx: &mut Context<Self>) {
+        match news {
+            SessionNews::Ended(session) => {
+                self.sessions.remove(&session);
+                self.leaving.remove(&session);
+                self.arm_idle(ctx);
+            }
+            SessionNews::Leaving(session) => {
+                if self.sessions.contains_key(&session) {
+                    self.leaving.insert(session);
+                }
+            }
+            SessionNews::StdinClosed => self.stop(Stop::StdinClosed, ctx),
         }
     }
 }
