@@ -106,7 +106,7 @@ impl RunStateFile {
         let mut text = serde_json::to_vec_pretty(state).map_err(std::io::Error::other)?;
         text.push(b'\n');
         if let Some(dir) = self.path.parent() {
-            std::fs::create_dir_all(dir)?;
+            gm_actors::state_file::open_own_folder(dir)?;
         }
         gm_actors::fs::replace(&self.path, &text)
     }

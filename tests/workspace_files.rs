@@ -294,3 +294,20 @@ fn a_write_that_a_committed_link_leads_outside_the_workspace_names_the_real_file
     assert!(actions.iter().any(|a| a["tool"] == "write_file" && a["wroteOutside"] == json!([real])), "{actions:?}");
     common::shut_down(gm);
 }
+
+#[test]
+fn a_link_put_in_place_of_gms_output_folder_while_it_runs_is_never_written_through() {
+    let repo = Repo::new();
+    repo.commit();
+    let mut gm = Gm::start_in(&repo.ws, &[], &[]);
+    gm.ready();
+    let elsewhere = repo.outside.with_file_name("elsewhere");
+    std::fs::create_dir(&elsewhere).expect("mkdir");
+    let _ = std::fs::remove_dir_all(repo.ws.join(".gm/out"));
+    repo.link(".gm/out", &elsewhere);
+    let r = gm.js("const s = await gm.run_shell({ command: 'head -c 400000 /dev/zero | tr \"\\\\0\" x' });
+         return { exit: s.exitCode, cut: JSON.stringify(s).length < 200000 };");
+    assert_eq!(r["exit"], 0, "the shell still answers: {r}");
+    assert_eq!(std::fs::read_dir(&elsewhere).expect("list").count(), 0, "nothing written through the link");
+    common::shut_down(gm);
+}

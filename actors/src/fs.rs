@@ -33,6 +33,12 @@ pub struct Staged {
 impl Staged {
     /// Writes `bytes` to a temporary file beside `path`, with `mode`, synced when `sync` is set.
     pub fn write(path: &Path, bytes: &[u8], mode: Option<u32>, sync: bool) -> std::io::Result<Staged> {
+        // In gm's own folders (`.gm/`, `~/.gmnew`) the folder is reached through no link a
+        // stranger put there; the temporary is then new (O_EXCL) and the rename replaces
+        // whatever stands at the target, a link included, never writing through it.
+        if let Some(folder) = path.parent().filter(|_| crate::state_file::is_state_path(path)) {
+            crate::state_file::open_own_folder(folder)?;
+        }
         let staged = Staged { tmp: temp_beside(path), target: path.to_owned(), synced: sync, done: false };
         let mut f = create_temp(&staged.tmp, mode)?;
         f.write_all(bytes)?;

@@ -138,6 +138,25 @@ pub fn lock_exclusive(path: &Path) -> Result<crate::sys::FileLock, StateFileErro
     crate::sys::lock_exclusive(file).map_err(|source| StateFileError::Io { path: path.to_owned(), source })
 }
 
+/// Whether `path` lies in a state folder (`.gm`, `.gmnew`): gm's own files, opened here.
+pub fn is_state_path(path: &Path) -> bool {
+    state_anchor(path).is_some()
+}
+
+/// Writes `bytes` to a new file at `path` (one already there, or a link, is an error).
+pub fn write_new(path: &Path, bytes: &[u8]) -> Result<(), StateFileError> {
+    use std::io::Write;
+    let mut file = open_own(path, How::NEW)?;
+    file.write_all(bytes).map_err(|source| StateFileError::Io { path: path.to_owned(), source })
+}
+
+/// Writes `bytes` as the whole content of `path`, created when missing (never through a link).
+pub fn write_whole(path: &Path, bytes: &[u8]) -> Result<(), StateFileError> {
+    use std::io::Write;
+    let mut file = open_own(path, How::REPLACE)?;
+    file.write_all(bytes).map_err(|source| StateFileError::Io { path: path.to_owned(), source })
+}
+
 /// The folder that holds the state folder (`.gm`, `.gmnew`) nearest above `path`.
 fn state_anchor(path: &Path) -> Option<PathBuf> {
     path.ancestors()

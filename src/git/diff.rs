@@ -51,8 +51,7 @@ pub fn describe(diff: &Diff, out_dir: &Path) -> Result<DiffSummary, GitError> {
     let whole = String::from_utf8_lossy(&patch).into_owned();
     let (text, cut, file) = if whole.len() > INLINE_PATCH {
         let path = crate::verbs::out::unique_path(out_dir, "diff", ".patch");
-        let _ = std::fs::create_dir_all(out_dir);
-        let saved = std::fs::write(&path, &whole).is_ok();
+        let saved = gm_actors::state_file::write_new(&path, whole.as_bytes()).is_ok();
         let keep = crate::text::head(&whole, INLINE_PATCH).len();
         (whole[..keep].to_owned(), whole.len() - keep, saved.then(|| path.to_string_lossy().into_owned()))
     } else {

@@ -319,7 +319,7 @@ fn edit_in_place(path: &Path, args: &EditFileArgs, out_dir: &Path) -> Result<Edi
     let (diff, diff_cut, diff_file) = if whole.len() > INLINE_DIFF {
         let keep = crate::text::head(&whole, INLINE_DIFF).len();
         let file = super::out::unique_path(out_dir, "edit", ".diff");
-        let saved = std::fs::create_dir_all(out_dir).and_then(|()| std::fs::write(&file, &whole)).is_ok();
+        let saved = gm_actors::state_file::write_new(&file, whole.as_bytes()).is_ok();
         (whole[..keep].to_owned(), whole.len() - keep, saved.then(|| file.to_string_lossy().into_owned()))
     } else {
         (whole, 0, None)

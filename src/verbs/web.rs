@@ -179,9 +179,10 @@ fn inline_text(body: &[u8], cut: bool) -> Option<String> {
 fn open_spill(ctx: &Ctx, head: &[u8]) -> Result<(std::path::PathBuf, std::fs::File), VerbError> {
     use std::io::Write;
     let dir = ctx.state_dir.join("out");
-    std::fs::create_dir_all(&dir).map_err(|e| VerbError::io("cannot create", &dir, e))?;
     let path = super::out::unique_path(&dir, "fetch", ".body");
-    let mut file = std::fs::File::create(&path).map_err(|e| VerbError::io("cannot save the body", &path, e))?;
+    // A new file in gm's folder, reached through no link.
+    let mut file = gm_actors::state_file::open_own(&path, gm_actors::state_file::How::NEW)
+        .map_err(|e| VerbError::io("cannot save the body", &path, e.into()))?;
     file.write_all(head).map_err(|e| VerbError::io("cannot save the body", &path, e))?;
     Ok((path, file))
 }

@@ -39,7 +39,8 @@ pub struct StopBodies;
 impl Handler<StartBody> for Jobs {
     type Result = Result<JobInfo, JobError>;
     fn handle(&mut self, msg: StartBody, _: &mut Context<Self>) -> Self::Result {
-        std::fs::create_dir_all(&self.dir).map_err(|source| JobError::Files { path: self.dir.clone(), source })?;
+        crate::state_file::open_own_folder(&self.dir)
+            .map_err(|e| JobError::Files { path: self.dir.clone(), source: e.into() })?;
         let name = self.fresh_name("body");
         let meta = JobMeta {
             name: name.clone(),
@@ -68,7 +69,7 @@ impl Handler<FinishBody> for Jobs {
     fn handle(&mut self, msg: FinishBody, _: &mut Context<Self>) {
         self.bodies.remove(&msg.name);
         let (log, exit, _) = self.paths(&msg.name);
-        let _ = std::fs::write(&log, &msg.console);
+        let _ = crate::state_file::write_whole(&log, msg.console.as_bytes());
         let Some(meta) = self.jobs.get_mut(&msg.name) else { return };
         let code = if msg.result.is_ok() { 0 } else { 1 };
         match msg.result {
@@ -82,7 +83,7 @@ impl Handler<FinishBody> for Jobs {
         meta.end_reported = true;
         let meta = meta.clone();
         let _ = self.save(&meta);
-        let _ = std::fs::write(&exit, format!("{code}\n"));
+        let _ = crate::state_file::write_whole(&exit, format!("{code}\n").as_bytes());
     }
 }
 

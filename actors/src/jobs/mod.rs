@@ -334,7 +334,8 @@ impl Jobs {
         if !msg.cwd.is_dir() {
             return Err(JobError::NoCwd(msg.cwd));
         }
-        std::fs::create_dir_all(&self.dir).map_err(|source| JobError::Files { path: self.dir.clone(), source })?;
+        crate::state_file::open_own_folder(&self.dir)
+            .map_err(|e| JobError::Files { path: self.dir.clone(), source: e.into() })?;
         let (log, exit, _) = self.paths(&name);
         let _ = std::fs::remove_file(&exit);
         // The log is opened here, never through a link in its place (a shell's `>` would follow

@@ -507,7 +507,7 @@ pub fn remove_stale_temporaries(dir: &Path) {
 pub fn save(file: &Path, snapshot: &Snapshot) -> Result<(), CacheError> {
     let bytes = encode(snapshot);
     if let Some(dir) = file.parent() {
-        std::fs::create_dir_all(dir)?;
+        gm_actors::state_file::open_own_folder(dir).map_err(std::io::Error::from)?;
     }
     gm_actors::fs::replace(file, &bytes)?;
     Ok(())
