@@ -36,9 +36,12 @@ impl Staged {
         // In gm's own folders (`.gm/`, `~/.gmnew`) the folder is reached through no link a
         // stranger put there; the temporary is then new (O_EXCL) and the rename replaces
         // whatever stands at the target, a link included, never writing through it.
-        if let Some(folder) = path.parent().filter(|_| crate::state_file::is_state_path(path)) {
+        let own = crate::state_file::is_state_path(path);
+        if let Some(folder) = path.parent().filter(|_| own) {
             crate::state_file::open_own_folder(folder)?;
         }
+        // gm's own files are private from the start unless the caller keeps another mode.
+        let mode = mode.or(own.then_some(0o600));
         let staged = Staged { tmp: temp_beside(path), target: path.to_owned(), synced: sync, done: false };
         let mut f = create_temp(&staged.tmp, mode)?;
         f.write_all(bytes)?;
@@ -148,5 +151,22 @@ mod tests {
         assert!(replace(&dir.path().join("missing/x"), b"x").is_err(), "a missing folder is an error");
         let left: Vec<_> = std::fs::read_dir(dir.path()).expect("list").filter_map(Result::ok).collect();
         assert_eq!(left.len(), 1, "{left:?}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_file_of_gms_own_folders_is_private_and_its_folder_is_reached_through_no_link() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let state = dir.path().join("ws/.gm");
+        std::fs::create_dir_all(&state).expect("mkdir");
+        replace(&state.join("runs/s-1.json"), b"{}").expect("write");
+        let mode = std::fs::metadata(state.join("runs/s-1.json")).expect("meta").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).expect("mkdir");
+        std::os::unix::fs::symlink(&elsewhere, state.join("out")).expect("link");
+        assert!(replace(&state.join("out/x"), b"x").is_err(), "a linked folder is refused");
+        assert_eq!(std::fs::read_dir(&elsewhere).expect("list").count(), 0);
     }
 }
