@@ -88,6 +88,11 @@ fn a_server_added_while_a_session_is_connected_starts_once_approved_and_a_remove
     });
     wait_for("its pid", Duration::from_secs(5), || std::fs::read_to_string(ws.join("late.pid")).ok());
     assert!(approved_at.elapsed() < Duration::from_secs(2), "started {:?} after approval", approved_at.elapsed());
+    // The connected session hears that run_code's tools changed, with no call of its own.
+    wait_for("tools/list_changed", Duration::from_secs(5), || {
+        let m = gm.recv(Duration::from_millis(200))?;
+        (m["method"] == "notifications/tools/list_changed").then_some(())
+    });
     let r = gm.js("return await gm.late_echo({ x: 1 })");
     assert!(r.to_string().contains('1'), "{r}");
     let first: i32 = std::fs::read_to_string(ws.join("late.pid")).expect("pid").trim().parse().expect("a pid");
