@@ -26,6 +26,7 @@ use gm_actors::log_writer::{Event, LogWriter};
 use gm_actors::mcp_client::{
     ClientEvent, ConnError, Connect, Launch, McpClient, ServerSpec, Session, StartFailure, Stop,
 };
+use gm_actors::sandbox::Confinement;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
@@ -93,6 +94,9 @@ pub struct Children {
     /// The entries of the config last applied, by name: what [`Children::reconfigure`]
     /// compares a config read again with.
     applied: Mutex<HashMap<String, Named>>,
+    /// The box of `--sandbox`: every workspace server runs in it, a server of the user's own
+    /// layers when its entry says `"sandbox": true`.
+    sandbox: Option<Arc<Confinement>>,
 }
 
 /// Why [`Children::approve`] did not start a server.
@@ -124,6 +128,7 @@ impl Children {
             store: Err("the one-shot CLI starts no child servers".into()),
             launcher: None,
             applied: Mutex::default(),
+            sandbox: None,
         })
     }
 
@@ -136,8 +141,10 @@ impl Children {
         log: Addr<LogWriter>,
         depth: u32,
         native: NativeNames,
+        sandbox: Option<Arc<Confinement>>,
     ) -> Arc<Self> {
-        Self::start_with(config, workspace, log, depth, native, TrustStore::from_home().map_err(|e| e.to_string()))
+        let store = TrustStore::from_home().map_err(|e| e.to_string());
+        Self::start_with(config, workspace, log, depth, native, store, sandbox)
     }
 
     /// [`Children::start`] with approvals kept in `store`.
@@ -148,6 +155,7 @@ impl Children {
         depth: u32,
         native: NativeNames,
         store: Result<TrustStore, String>,
+        sandbox: Option<Arc<Confinement>>,
     ) -> Arc<Self> {
         for p in &config.problems {
             log.do_send(Event::new("mcp-config", json!({ "file": p.file, "problem": p.why })));
@@ -168,6 +176,7 @@ impl Children {
                 depth,
             }),
             applied: Mutex::new(config.servers.iter().map(|n| (n.name.clone(), n.clone())).collect()),
+            sandbox,
         });
         if at_depth_limit {
             if config.servers.iter().any(|s| !s.entry.disabled) {
@@ -305,11 +314,18 @@ impl Children {
                 return;
             }
         };
+        // The stranger's code is confined whatever its entry says; the user's own servers
+        // when they asked.
+        let confined = match named.layer {
+            mcp_config::Layer::Workspace => true,
+            _ => named.entry.sandbox == Some(true),
+        };
         let launch = Launch {
             command: spec.command.clone(),
             args: spec.args.clone(),
             env: spec.env.clone(),
             cwd: spec.cwd.clone(),
+            confine: self.sandbox.clone().filter(|_| confined),
         };
         let server_spec = ServerSpec { name: spec.name.clone(), launch, startup_timeout: spec.startup_timeout };
         let events = launcher.events.clone();

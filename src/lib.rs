@@ -24,6 +24,7 @@ pub mod protocol;
 pub mod relay;
 pub mod run;
 pub mod run_state;
+pub mod sandbox_config;
 pub mod search;
 pub mod secrets;
 pub mod serve;

@@ -105,6 +105,28 @@ fn cli() -> Command {
                         .long("page-size")
                         .value_parser(value_parser!(usize))
                         .help(format!("Items per page of tools/list, resources/list and skills/list [default: {DEFAULT_PAGE_SIZE}]")),
+                )
+                .arg(
+                    Arg::new("sandbox")
+                        .long("sandbox")
+                        .value_name("MODE")
+                        .value_parser(["off", "workspace-write", "read-only"])
+                        .help("The box shells, jobs and the workspace's child servers run in, enforced by the kernel: off, workspace-write (write the workspace less .gm/ and .git/, the temporary folder, --sandbox-allow-write), read-only [default: ~/.gmnew/config.json's, else off]"),
+                )
+                .arg(
+                    Arg::new("sandbox-allow-write")
+                        .long("sandbox-allow-write")
+                        .value_name("DIR")
+                        .action(ArgAction::Append)
+                        .value_parser(value_parser!(PathBuf))
+                        .help("One more folder a confined process may write (repeatable; relative to the workspace)"),
+                )
+                .arg(
+                    Arg::new("sandbox-network")
+                        .long("sandbox-network")
+                        .value_name("on|off")
+                        .value_parser(["on", "off"])
+                        .help("off: a confined process has no network at all, loopback included [default: on]"),
                 ),
         );
     cmd = cmd.subcommand(
@@ -226,10 +248,30 @@ fn workspace_of(m: &ArgMatches) -> PathBuf {
 }
 
 fn main() -> ExitCode {
+    // `gm __sandbox POLICY -- PROGRAM ARGS...`: a job's command confined (execs the program);
+    // before anything else, so the helper does nothing gm's CLI would.
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if argv.get(1).is_some_and(|a| a == gm_actors::sandbox::HELPER) {
+        let code = gm_actors::sandbox::run_helper(&argv[2..]);
+        return ExitCode::from(u8::try_from(code).unwrap_or(1));
+    }
     let matches = cli().get_matches();
     let Some((name, sub)) = matches.subcommand() else { return ExitCode::from(2) };
     if name == "serve" {
         let worker = sub.get_one::<u32>("worker").copied();
+        let sandbox_flags = gm::sandbox_config::SandboxFlags {
+            mode: sub.get_one::<String>("sandbox").and_then(|m| gm_actors::sandbox::Mode::parse(m)),
+            allow_write: sub.get_many::<PathBuf>("sandbox-allow-write").into_iter().flatten().cloned().collect(),
+            network: sub.get_one::<String>("sandbox-network").map(|n| n == "on"),
+        };
+        // The user's choice only: the flags, then ~/.gmnew/config.json; never the workspace.
+        let sandbox = match gm::sandbox_config::resolve(&sandbox_flags, gm::sandbox_config::home_config().as_deref()) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("gm: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
         let relay_options = || gm::relay::RelayOptions {
             serve_args: std::env::args_os().skip(2).collect(),
             workspace: workspace_of(sub),
@@ -239,6 +281,7 @@ fn main() -> ExitCode {
             step_budget: sub.get_one::<u64>("step-budget").copied().unwrap_or(DEFAULT_STEP_BUDGET),
             max_inflight: sub.get_one::<usize>("max-inflight").copied().unwrap_or(DEFAULT_MAX_INFLIGHT),
             mcp_config: sub.get_one::<PathBuf>("mcp-config").cloned(),
+            sandbox: sandbox.clone(),
         };
         if let (None, Some(addr)) = (worker, sub.get_one::<String>("http")) {
             let code = gm::http::run(gm::http::HttpOptions {
@@ -265,6 +308,7 @@ fn main() -> ExitCode {
             page_size: sub.get_one::<usize>("page-size").copied().unwrap_or(DEFAULT_PAGE_SIZE),
             step_budget: sub.get_one::<u64>("step-budget").copied().unwrap_or(DEFAULT_STEP_BUDGET),
             mcp_config: sub.get_one::<PathBuf>("mcp-config").cloned(),
+            sandbox,
         };
         return match serve::serve(opts) {
             Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),

@@ -62,6 +62,9 @@ pub struct Entry {
     pub deny: Vec<String>,
     pub startup_timeout_ms: Option<u64>,
     pub timeout_ms: Option<u64>,
+    /// `true`: run this server in the box `--sandbox` chose. Read for the user's own layers
+    /// (`defaults/mcp.json`, `--mcp-config`); a workspace server is confined whatever it says.
+    pub sandbox: Option<bool>,
 }
 
 /// Where an entry came from.

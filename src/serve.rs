@@ -52,6 +52,8 @@ pub struct ServeOptions {
     /// `--mcp-config`: a third layer of child server config.
     pub mcp_config: Option<PathBuf>,
     pub mode: Mode,
+    /// The box chosen by the flags and `~/.gmnew/config.json`.
+    pub sandbox: crate::sandbox_config::SandboxSettings,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -74,6 +76,8 @@ pub enum ServeError {
     Session(String),
     #[error(transparent)]
     State(#[from] gm_actors::state_file::StateFileError),
+    #[error("--sandbox {mode}: {source}")]
+    Sandbox { mode: &'static str, source: gm_actors::sandbox::SandboxError },
 }
 
 pub fn workspace(path: &Path) -> Result<PathBuf, ServeError> {
@@ -172,6 +176,7 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
     let mcp_config = mcp_config::load(&workspace, opts.mcp_config.as_deref())?;
     let files = Files::of(&workspace);
     files.check()?;
+    let sandbox = confinement(&opts.sandbox, &workspace)?;
     let life = take_life_lock(&files, opts.mode)?;
     let socket_path = paths::socket_path(&workspace).map_err(ServeError::Socket)?;
     // Holding the life lock, any socket at this path is a dead worker's.
@@ -205,9 +210,15 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
             jobs: jobs.clone(),
             scheduler: Scheduler::new(opts.max_inflight),
             blobs: Arc::new(Blobs::new(&state_dir)),
-            children: Children::start(&mcp_config, &workspace, log.clone(), mcp_config::depth(), |name| {
-                crate::verbs::find(name).is_some()
-            }),
+            children: Children::start(
+                &mcp_config,
+                &workspace,
+                log.clone(),
+                mcp_config::depth(),
+                |name| crate::verbs::find(name).is_some(),
+                sandbox.clone(),
+            ),
+            sandbox: sandbox.clone(),
         });
         // The worker outlives sessions: config edits and approvals reach the running servers.
         crate::config_watch::follow(ctx.children.clone(), workspace.clone(), opts.mcp_config.clone());
@@ -223,6 +234,7 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
                 "mode": match opts.mode { Mode::Stdio => "stdio", Mode::Worker { .. } => "worker" },
                 "relay": match opts.mode { Mode::Worker { restarts } => json!({ "restarts": restarts }), Mode::Stdio => Value::Null },
                 "maxInflight": opts.max_inflight,
+                "sandbox": crate::sandbox_config::describe(sandbox.as_deref()).unwrap_or_else(|| json!({ "mode": "off" })),
                 "skills": skills.source(),
                 "previousSeq": report.last_seq,
                 "repairedBytes": report.repaired_bytes,
@@ -249,7 +261,11 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
             js: JsEngines::new(JS_ENGINES),
             progress_every: env_millis("GM_PROGRESS_INTERVAL_MS").unwrap_or(PROGRESS_EVERY),
         });
-        let settings = WorkerSettings { max_inflight: opts.max_inflight, mcp_config: opts.mcp_config.clone() };
+        let settings = WorkerSettings {
+            max_inflight: opts.max_inflight,
+            mcp_config: opts.mcp_config.clone(),
+            sandbox: opts.sandbox.clone(),
+        };
         let spec = WorkerSpec {
             files: files.clone(),
             listener: Some((listener, socket_path.clone())),
@@ -333,6 +349,23 @@ fn take_life_lock(files: &Files, mode: Mode) -> Result<std::fs::File, ServeError
     }
 }
 
+/// The box of `settings` for `workspace`, checked on this kernel (a confined probe runs): a
+/// mode this system cannot enforce stops gm, never runs unconfined.
+fn confinement(
+    settings: &crate::sandbox_config::SandboxSettings,
+    workspace: &Path,
+) -> Result<Option<Arc<gm_actors::sandbox::Confinement>>, ServeError> {
+    if settings.mode == gm_actors::sandbox::Mode::Off {
+        return Ok(None);
+    }
+    let socket_dir = paths::socket_dir().ok();
+    let policy = crate::sandbox_config::policy(settings, workspace, socket_dir.as_deref());
+    let exe = std::env::current_exe().map_err(|source| ServeError::Workspace { path: "gm".into(), source })?;
+    gm_actors::sandbox::Confinement::new(policy, exe)
+        .map(|c| Some(Arc::new(c)))
+        .map_err(|source| ServeError::Sandbox { mode: settings.mode.as_str(), source })
+}
+
 /// Says who holds the life lock, for `--no-relay` refusals and for people.
 fn write_life_lock(life: &std::fs::File, id: &str, socket: &Path) {
     let me = json!({
@@ -383,6 +416,8 @@ pub fn run_verb(workspace_dir: &Path, name: &str, args: Value) -> Result<Value, 
             scheduler: Scheduler::new(DEFAULT_MAX_INFLIGHT),
             blobs: Arc::new(Blobs::new(&state_dir)),
             children: Children::none(),
+            // The one-shot CLI runs no shell of an agent's: no box (it is the user at a terminal).
+            sandbox: None,
         });
         let args = verbs::to_json(&args).map_err(|e| e.to_json())?;
         let called = verbs::call(ctx, name, &args).await;

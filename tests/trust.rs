@@ -342,7 +342,7 @@ async fn a_server_approved_at_run_time_is_recorded_started_and_answers() {
         gm_actors::log_writer::LogWriter::open(&repo.ws.join(".gm/log.jsonl"), "run-time-approval").expect("log");
     let store = TrustStore::at(&repo.home.path().join(".gmnew"));
     let native = |name: &str| gm::verbs::find(name).is_some();
-    let children = Children::start_with(&config, &repo.ws, writer.start(), 0, native, Ok(store.clone()));
+    let children = Children::start_with(&config, &repo.ws, writer.start(), 0, native, Ok(store.clone()), None);
 
     let pending = children.pending();
     assert_eq!(pending.len(), 1);

@@ -14,6 +14,7 @@ pub mod js_engine;
 pub mod log_reader;
 pub mod log_writer;
 pub mod mcp_client;
+pub mod sandbox;
 pub mod scheduler;
 pub mod state_file;
 pub mod sys;

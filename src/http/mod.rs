@@ -337,6 +337,7 @@ async fn serve(
         worker: WorkerSettings {
             max_inflight: s.max_inflight,
             mcp_config: s.mcp_config.clone().map(|p| std::path::absolute(&p).unwrap_or(p)),
+            sandbox: s.sandbox.clone(),
         },
         notes: Vec::new(),
         stateless: false,

@@ -80,6 +80,8 @@ pub struct RelayOptions {
     pub step_budget: u64,
     pub max_inflight: usize,
     pub mcp_config: Option<PathBuf>,
+    /// The box chosen by the flags and `~/.gmnew/config.json` (the worker applies its own).
+    pub sandbox: crate::sandbox_config::SandboxSettings,
 }
 
 /// Runs the relay until the host closes stdin (or a signal ends it); returns the exit code.
@@ -285,6 +287,7 @@ impl Relay {
                 max_inflight: opts.max_inflight,
                 // The worker resolves it against the relay's folder: give it whole.
                 mcp_config: opts.mcp_config.map(|p| std::path::absolute(&p).unwrap_or(p)),
+                sandbox: opts.sandbox,
             },
             notes: Vec::new(),
             stateless: false,
@@ -948,6 +951,7 @@ mod tests {
             step_budget: 10,
             max_inflight: 8,
             mcp_config: None,
+            sandbox: Default::default(),
         };
         Arc::new(Relay::new(opts, dir.to_owned()))
     }

@@ -73,6 +73,12 @@ pub async fn next_context(
     if let Some(e) = rules_error {
         v["rulesError"] = json!(e);
     }
+    // The agent sees its box at the start of its run (and of a run it continues).
+    if state.step <= 1 || resumed.is_some() {
+        if let Some(sandbox) = crate::sandbox_config::describe(app.ctx.sandbox.as_deref()) {
+            v["sandbox"] = sandbox;
+        }
+    }
     match resumed {
         Some(Opened::Resumed { step }) => {
             v["resumed"] = json!({

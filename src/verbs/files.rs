@@ -144,6 +144,45 @@ fn refuse_secrets(ctx: &Ctx, path: &Path) -> Result<(), VerbError> {
     )))
 }
 
+/// Under a sandbox mode, gm's own writes obey the box its shells are in: otherwise the box
+/// would be one `gm.write_file({ path: '~/.bashrc' })` away from useless. The file that would
+/// be written is judged, links resolved.
+pub(super) fn refuse_outside_box(ctx: &Ctx, path: &Path) -> Result<(), VerbError> {
+    let Some(confine) = &ctx.sandbox else { return Ok(()) };
+    let policy = confine.policy();
+    let real = real_target(path);
+    if policy.may_write(&real) {
+        return Ok(());
+    }
+    let list = |paths: &[PathBuf]| paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ");
+    Err(VerbError::Refused(format!(
+        "--sandbox {}: {} is outside what may be written (writable: [{}]; read-only inside them: [{}]). Only the user can widen the box (gm serve --sandbox-allow-write DIR, or --sandbox off): ask them",
+        policy.mode.as_str(),
+        real.display(),
+        list(&policy.writable),
+        list(&policy.read_only)
+    )))
+}
+
+/// `path` with every link resolved, as far as it exists (a new file: its folder's real path).
+fn real_target(path: &Path) -> PathBuf {
+    if let Ok(real) = std::fs::canonicalize(path) {
+        return real;
+    }
+    let mut missing = Vec::new();
+    let mut at = path;
+    while let Some(parent) = at.parent() {
+        if let Some(name) = at.file_name() {
+            missing.push(name.to_owned());
+        }
+        if let Ok(real) = std::fs::canonicalize(parent) {
+            return missing.iter().rev().fold(real, |acc, n| acc.join(n));
+        }
+        at = parent;
+    }
+    path.to_owned()
+}
+
 fn page(path: String, text: &str, offset: usize, limit: usize) -> ReadFileReply {
     let total_lines = text.split_inclusive('\n').count();
     let mut content = String::new();
@@ -193,6 +232,7 @@ pub struct WriteFileReply {
 pub async fn write_file(ctx: Ctx, args: WriteFileArgs) -> Result<WriteFileReply, VerbError> {
     let path = resolve(&ctx, &args.path)?;
     refuse_secrets(&ctx, &path)?;
+    refuse_outside_box(&ctx, &path)?;
     let _guard = lock(&ctx, &[&path], Mode::Write).await?;
     let created = !path.exists();
     if args.create_dirs.unwrap_or(true) {
@@ -283,6 +323,7 @@ pub async fn edit_file(ctx: Ctx, args: EditFileArgs) -> Result<EditFileReply, Ve
     }
     let path = resolve(&ctx, &args.path)?;
     refuse_secrets(&ctx, &path)?;
+    refuse_outside_box(&ctx, &path)?;
     let _guard = lock(&ctx, &[&path], Mode::Write).await?;
     let out_dir = ctx.state_dir.join("out");
     let large = std::fs::metadata(&path).is_ok_and(|m| m.len() > IN_MEMORY_MAX);

@@ -126,6 +126,8 @@ pub struct Shared {
     pub blobs: Arc<Blobs>,
     /// The child MCP servers and their tools.
     pub children: Arc<Children>,
+    /// The box shells, jobs and the workspace's servers run in; `None`: `--sandbox off`.
+    pub sandbox: Option<Arc<gm_actors::sandbox::Confinement>>,
 }
 
 impl std::ops::Deref for Ctx {

@@ -109,6 +109,7 @@ fn save(ctx: &Ctx, row: &Row) -> Result<(), VerbError> {
     std::fs::create_dir_all(&dir).map_err(|e| VerbError::io("cannot create the rows directory", &dir, e))?;
     let mut text = serde_json::to_string_pretty(row).map_err(|e| VerbError::Internal(e.to_string()))?;
     text.push('\n');
+    super::files::refuse_outside_box(ctx, &path)?;
     write_atomic(&path, text.as_bytes()).map(|_| ())
 }
 

@@ -112,6 +112,7 @@ pub async fn run_shell(ctx: Ctx, args: RunShellArgs) -> Result<RunShellReply, Ve
         inline_cap: INLINE_CAP,
         spill_stem: super::out::unique_path(&ctx.state_dir.join("out"), "shell", ""),
         redactor: ctx.secrets.get().redactor.clone(),
+        confine: ctx.sandbox.clone(),
     };
     let out =
         ctx.jobs.send(RunShell { spec, cancel: ctx.cancel.clone() }).await.map_err(unavailable)?.map_err(job_error)?;
@@ -194,6 +195,7 @@ pub async fn job_start(ctx: Ctx, args: JobStartArgs) -> Result<JobInfo, VerbErro
         cwd: cwd(&ctx, args.cwd.as_deref())?,
         env: environment(&ctx, args.env)?,
         timeout,
+        confine: ctx.sandbox.clone(),
     };
     let info = ctx.jobs.send(msg).await.map_err(unavailable)?.map_err(job_error)?;
     Ok(redact_info(&ctx, info))

@@ -10,7 +10,9 @@ use serde::{Deserialize, Serialize};
 /// Raised when the lines change in a way an older relay or worker would misread.
 pub const PROTOCOL: u32 = 1;
 
-/// What a connection says first.
+/// What a connection says first. One is read per connection and moved on at once: its size
+/// costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "gm", rename_all = "lowercase")]
 pub enum First {
@@ -81,6 +83,9 @@ impl Build {
 pub struct WorkerSettings {
     pub max_inflight: usize,
     pub mcp_config: Option<PathBuf>,
+    /// The box the relay's flags and the user's config chose (absent from an older relay: off).
+    #[serde(default)]
+    pub sandbox: crate::sandbox_config::SandboxSettings,
 }
 
 /// The worker's answer to a hello.

@@ -279,6 +279,15 @@ impl Worker {
                       session started it with (stop the worker to start one with this limit)",
             });
         }
+        if asked.sandbox != mine.sandbox {
+            out.push(NotInForce {
+                option: "--sandbox",
+                asked: json!(asked.sandbox),
+                in_force: json!(mine.sandbox),
+                why: "shells, jobs and child servers are the workspace's, shared by every session; the worker keeps \
+                      the box it started with (stop the worker to start one in this box)",
+            });
+        }
         if asked.mcp_config != mine.mcp_config {
             out.push(NotInForce {
                 option: "--mcp-config",
@@ -297,6 +306,13 @@ impl Worker {
         let mut out = Vec::new();
         if asked.max_inflight != mine.max_inflight {
             out.push(format!("--max-inflight {} (the running worker has {})", asked.max_inflight, mine.max_inflight));
+        }
+        if asked.sandbox != mine.sandbox {
+            out.push(format!(
+                "--sandbox {} (the running worker has {})",
+                asked.sandbox.mode.as_str(),
+                mine.sandbox.mode.as_str()
+            ));
         }
         if asked.mcp_config != mine.mcp_config {
             let show = |p: &Option<PathBuf>| p.as_ref().map_or("none".to_owned(), |p| p.display().to_string());
@@ -438,6 +454,8 @@ impl Worker {
             "socket": self.spec.listener.as_ref().map(|(_, p)| p.clone()),
             "maxInflight": self.spec.settings.max_inflight,
             "mcpConfig": self.spec.settings.mcp_config,
+            "sandbox": crate::sandbox_config::describe(self.app.ctx.sandbox.as_deref())
+                .unwrap_or_else(|| json!({ "mode": "off" })),
             "idleGraceMs": self.spec.idle.as_millis() as u64,
         });
         async move {

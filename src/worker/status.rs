@@ -67,6 +67,17 @@ pub fn render(workspace: &Path, status: Option<&Value>) -> String {
         text(&w["exe"]),
         text(&w["workspace"]),
     ));
+    let sandbox = &w["sandbox"];
+    if sandbox["mode"].as_str().is_some_and(|m| m != "off") {
+        let list = |v: &Value| v.as_array().into_iter().flatten().map(text).collect::<Vec<_>>().join(", ");
+        out.push_str(&format!(
+            "        sandbox {}  writable [{}]  read-only [{}]  network {}\n",
+            text(&sandbox["mode"]),
+            list(&sandbox["writable"]),
+            list(&sandbox["readOnly"]),
+            text(&sandbox["network"]),
+        ));
+    }
     let sessions = s["sessions"].as_array().cloned().unwrap_or_default();
     out.push_str(&format!("sessions ({})\n", sessions.len()));
     for x in &sessions {

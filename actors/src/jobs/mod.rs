@@ -72,6 +72,9 @@ pub struct StartJob {
     pub cwd: PathBuf,
     pub env: Vec<(String, String)>,
     pub timeout: Option<Duration>,
+    /// The box the job's command runs in (its wrapper, which records the exit code in gm's
+    /// folder, stays outside: the command goes through `gm __sandbox`).
+    pub confine: Option<std::sync::Arc<crate::sandbox::Confinement>>,
 }
 
 /// A job's state; with `wait`, first waits for it to end or print more, up to `wait`.
@@ -347,15 +350,17 @@ impl Jobs {
         // it ends, whether or not a gm is there to see it. The exit code's temporary file is
         // removed first and written under `set -C` (noclobber), so it is made new, never
         // written through whatever stands in its place; `mv` replaces a link, not its target.
-        let wrapper = r#""$4" -c "$1" 2>&1 < /dev/null; code=$?; rm -f "$3.tmp"; set -C; printf '%s\n' "$code" > "$3.tmp" && mv -f "$3.tmp" "$3""#;
+        let wrapper = r#"exit_file="$1"; shift; "$@" 2>&1 < /dev/null; code=$?; rm -f "$exit_file.tmp"; set -C; printf '%s\n' "$code" > "$exit_file.tmp" && mv -f "$exit_file.tmp" "$exit_file""#;
+        let run: Vec<std::ffi::OsString> = match &msg.confine {
+            Some(confine) => confine.helper_argv(shell(), ["-c".into(), msg.command.clone().into()]),
+            None => vec![shell().into(), "-c".into(), msg.command.clone().into()],
+        };
         let mut cmd = std::process::Command::new(shell());
         cmd.arg("-c")
             .arg(wrapper)
             .arg("gm-job")
-            .arg(&msg.command)
-            .arg(&log)
             .arg(&exit)
-            .arg(shell())
+            .args(&run)
             .current_dir(&msg.cwd)
             .envs(msg.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
@@ -415,13 +420,17 @@ impl Handler<RunShell> for Jobs {
     type Result = ResponseActFuture<Self, Result<ShellOutcome, JobError>>;
     fn handle(&mut self, msg: RunShell, _: &mut Context<Self>) -> Self::Result {
         let spawned = spawn_shell(&msg.spec);
-        let pgid = spawned.as_ref().ok().and_then(|c| c.id()).map(|p| p as i32);
+        let pgid = spawned.as_ref().ok().and_then(|(c, _)| c.id()).map(|p| p as i32);
         if let Some(pgid) = pgid {
             self.foreground.insert(pgid);
         }
         let work = async move {
-            let child = spawned?;
-            Ok(wait_shell(child, msg.spec, msg.cancel).await)
+            let (child, tmp) = spawned?;
+            let outcome = wait_shell(child, msg.spec, msg.cancel).await;
+            if let Some(tmp) = tmp {
+                let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(tmp)).await;
+            }
+            Ok(outcome)
         };
         Box::pin(work.into_actor(self).map(move |res, act, _| {
             if let Some(pgid) = pgid {

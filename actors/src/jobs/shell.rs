@@ -29,6 +29,8 @@ pub struct ShellSpec {
     /// Where stdout and stderr spill: `<spill_stem>.stdout.txt` and `.stderr.txt`.
     pub spill_stem: PathBuf,
     pub redactor: Redactor,
+    /// The box the shell runs in, if any (see [`crate::sandbox`]).
+    pub confine: Option<std::sync::Arc<crate::sandbox::Confinement>>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -44,7 +46,9 @@ pub struct ShellOutcome {
     pub cancelled: bool,
 }
 
-pub(super) fn spawn_shell(spec: &ShellSpec) -> Result<tokio::process::Child, JobError> {
+/// Starts the shell; with a read-only box, also returns its private temporary folder, which
+/// the caller removes when the shell is done.
+pub(super) fn spawn_shell(spec: &ShellSpec) -> Result<(tokio::process::Child, Option<PathBuf>), JobError> {
     if !spec.cwd.is_dir() {
         return Err(JobError::NoCwd(spec.cwd.clone()));
     }
@@ -58,7 +62,38 @@ pub(super) fn spawn_shell(spec: &ShellSpec) -> Result<tokio::process::Child, Job
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(false);
-    cmd.spawn().map_err(JobError::Spawn)
+    let mut tmp = None;
+    if let Some(confine) = &spec.confine {
+        // A read-only box writes only a temporary folder of its own.
+        tmp = private_tmp(confine)?;
+        confine
+            .confine(cmd.as_std_mut(), tmp.as_deref())
+            .map_err(|e| JobError::Spawn(std::io::Error::new(std::io::ErrorKind::PermissionDenied, e.to_string())))?;
+    }
+    match cmd.spawn() {
+        Ok(child) => Ok((child, tmp)),
+        Err(e) => {
+            if let Some(tmp) = tmp {
+                let _ = std::fs::remove_dir_all(tmp);
+            }
+            Err(JobError::Spawn(e))
+        }
+    }
+}
+
+/// For a read-only box: a new private temporary folder (`gm-box-<pid>-<n>` in the temporary
+/// folder, mode 0700); `None` for other boxes.
+pub(super) fn private_tmp(confine: &crate::sandbox::Confinement) -> Result<Option<PathBuf>, JobError> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    if confine.policy().mode != crate::sandbox::Mode::ReadOnly {
+        return Ok(None);
+    }
+    let dir = std::env::temp_dir().join(format!("gm-box-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+    let mut builder = std::fs::DirBuilder::new();
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(&dir).map_err(|source| JobError::Files { path: dir.clone(), source })?;
+    Ok(Some(dir))
 }
 
 pub(super) async fn wait_shell(mut child: tokio::process::Child, spec: ShellSpec, cancel: CancelToken) -> ShellOutcome {

@@ -33,6 +33,15 @@ pub struct Launch {
     /// Added to (or replacing in) gm's own environment.
     pub env: Vec<(String, String)>,
     pub cwd: PathBuf,
+    /// The box it runs in, if any.
+    pub confine: Option<std::sync::Arc<crate::sandbox::Confinement>>,
+}
+
+/// A number for each confined start, for the name of its temporary folder.
+fn next_box() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
 }
 
 /// What becomes of the peer's stderr.
@@ -88,6 +97,22 @@ impl Process {
         let mut cmd = Command::new(&launch.command);
         cmd.args(&launch.args).envs(launch.env.iter().map(|(k, v)| (k, v))).current_dir(&launch.cwd);
         crate::sys::die_with_parent(&mut cmd);
+        if let Some(confine) = &launch.confine {
+            // A read-only box's temporary folder lives as long as the server (a name per start).
+            let tmp = match confine.policy().mode {
+                crate::sandbox::Mode::ReadOnly => {
+                    let dir = std::env::temp_dir().join(format!("gm-box-server-{}-{}", std::process::id(), next_box()));
+                    let mut builder = std::fs::DirBuilder::new();
+                    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+                    builder.create(&dir)?;
+                    Some(dir)
+                }
+                _ => None,
+            };
+            confine
+                .confine(&mut cmd, tmp.as_deref())
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::PermissionDenied, e.to_string()))?;
+        }
         Self::spawn_command(cmd, stderr)
     }
 

@@ -1,0 +1,266 @@
+//! Confinement on this machine's kernel (Landlock, user namespaces), through the real binary,
+//! each rule through a run_code body: what a shell, a job and a workspace's child server may
+//! write, the network, gm's own file verbs in the box, and that nothing in the workspace can
+//! widen it. Workspaces live under the build's temporary folder, not /tmp, so that "the
+//! workspace's parent" is not the (writable) temporary folder; each gm gets a TMPDIR and a HOME
+//! of its own.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use common::{git, Gm};
+use serde_json::{json, Value};
+
+fn test_server() -> &'static str {
+    env!("CARGO_BIN_EXE_mcp-test-server")
+}
+
+/// A git workspace, a HOME and a TMPDIR of its own, side by side in one folder.
+struct Boxed {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    ws: PathBuf,
+    home: PathBuf,
+    tmp: PathBuf,
+}
+
+impl Boxed {
+    fn new() -> Boxed {
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
+        let root = dir.path().canonicalize().expect("canonical");
+        let (ws, home, tmp) = (root.join("ws"), root.join("home"), root.join("tmp"));
+        for d in [&ws, &home, &tmp] {
+            std::fs::create_dir_all(d).expect("mkdir");
+        }
+        git(&ws, &["init", "-q"]);
+        git(&ws, &["config", "user.email", "t@example.com"]);
+        git(&ws, &["config", "user.name", "t"]);
+        std::fs::write(ws.join("README.md"), "hello\n").expect("write");
+        git(&ws, &["add", "README.md"]);
+        git(&ws, &["commit", "-q", "-m", "init"]);
+        Boxed { _dir: dir, root, ws, home, tmp }
+    }
+
+    fn serve(&self, args: &[&str]) -> Gm {
+        self.serve_env(args, &[])
+    }
+
+    fn serve_env(&self, args: &[&str], extra: &[(&str, &str)]) -> Gm {
+        let mut env = vec![("HOME", self.home.to_str().expect("utf-8")), ("TMPDIR", self.tmp.to_str().expect("utf-8"))];
+        env.extend_from_slice(extra);
+        let mut gm = Gm::start_in(&self.ws, args, &env);
+        gm.ready();
+        gm
+    }
+}
+
+/// Runs `command` in a shell from a run_code body; its exit code.
+fn shell(gm: &mut Gm, command: &str) -> i64 {
+    let r = gm.js(&format!("return (await gm.run_shell({{ command: {} }})).exitCode", json!(command)));
+    r.as_i64().unwrap_or_else(|| panic!("an exit code: {r}"))
+}
+
+#[test]
+fn workspace_write_lets_a_shell_write_the_workspace_and_its_temporary_folder_and_nothing_else() {
+    let b = Boxed::new();
+    // A sandbox setting in the workspace itself is never read.
+    std::fs::create_dir_all(b.ws.join(".gm")).expect(".gm");
+    std::fs::write(b.ws.join(".gm/config.json"), r#"{"sandbox":{"mode":"off"}}"#).expect("write");
+    let git_config = std::fs::read(b.ws.join(".git/config")).expect("config");
+    let mut gm = b.serve(&["--sandbox", "workspace-write"]);
+    assert_eq!(shell(&mut gm, "touch in-workspace"), 0);
+    assert_eq!(shell(&mut gm, "touch \"$TMPDIR/in-tmp\""), 0);
+    for refused in [
+        "touch ../in-parent",
+        "touch \"$HOME/in-home\"",
+        "touch .gm/in-gm",
+        "echo x >> .gm/log.jsonl",
+        "touch .git/hooks/pre-commit",
+        "git config core.hooksPath /tmp/evil",
+        "rm -rf .gm",
+        "umount .gm",
+    ] {
+        assert_ne!(shell(&mut gm, refused), 0, "{refused} went through");
+    }
+    assert!(b.ws.join("in-workspace").exists() && b.tmp.join("in-tmp").exists());
+    for absent in
+        [b.root.join("in-parent"), b.home.join("in-home"), b.ws.join(".gm/in-gm"), b.ws.join(".git/hooks/pre-commit")]
+    {
+        assert!(!absent.exists(), "{} was written", absent.display());
+    }
+    assert_eq!(std::fs::read(b.ws.join(".git/config")).expect("config"), git_config, ".git/config unchanged");
+    // The log is still valid JSON lines, and gm's own writes (the log) go on.
+    common::read_log(&b.ws.join(".gm/log.jsonl"));
+    let start = gm.events_of("start").pop().expect("start event");
+    assert_eq!(start["sandbox"]["mode"], "workspace-write", "{start}");
+    let first = gm.call_ok("next_context", json!({}));
+    assert_eq!(first["sandbox"]["mode"], "workspace-write", "the agent sees its box: {first}");
+    common::shut_down(gm);
+}
+
+#[test]
+fn gm_trust_run_from_a_confined_shell_approves_nothing() {
+    let b = Boxed::new();
+    std::fs::create_dir_all(b.ws.join(".gm")).expect(".gm");
+    let servers = json!({ "mcpServers": { "x": { "command": test_server(), "args": ["--name", "x"] } } });
+    std::fs::write(b.ws.join(".gm/mcp.json"), servers.to_string()).expect("mcp.json");
+    let mut gm = b.serve(&["--sandbox", "workspace-write"]);
+    let gm_bin = common::gm_bin();
+    assert_ne!(shell(&mut gm, &format!("{gm_bin} trust --yes --workspace .")), 0);
+    assert!(!b.home.join(".gmnew/trust.json").exists(), "an approval was written from inside the box");
+    common::shut_down(gm);
+}
+
+#[test]
+fn gms_own_file_verbs_obey_the_box_and_its_git_verbs_still_commit() {
+    let b = Boxed::new();
+    std::fs::write(b.home.join("profile"), "the user's\n").expect("profile");
+    std::os::unix::fs::symlink(b.home.join("profile"), b.ws.join("notes.md")).expect("link");
+    let mut gm = b.serve(&["--sandbox", "workspace-write"]);
+    let home_file = b.home.join("x").display().to_string();
+    for (verb, args) in [
+        ("write_file", json!({ "path": home_file, "content": "x" })),
+        ("write_file", json!({ "path": "notes.md", "content": "through a link" })),
+        ("write_file", json!({ "path": ".gm/planted", "content": "x" })),
+    ] {
+        let err = gm.call_err("run_code", json!({ "code": format!("return await gm.{verb}({args})") }));
+        assert_eq!(err["details"]["code"], "refused", "{verb} {args}: {err}");
+        assert!(err["message"].as_str().is_some_and(|m| m.contains("--sandbox workspace-write")), "{err}");
+    }
+    assert!(!b.home.join("x").exists());
+    assert_eq!(std::fs::read_to_string(b.home.join("profile")).expect("profile"), "the user's\n");
+    let r = gm.js("await gm.write_file({ path: 'src/a.txt', content: 'a' });
+         await gm.edit_file({ path: 'README.md', old: 'hello', new: 'hi' });
+         await gm.git_add({ paths: ['src/a.txt', 'README.md'] });
+         return await gm.git_commit({ message: 'from the box' });");
+    assert!(r.to_string().contains("from the box") || r["sha"].is_string(), "{r}");
+    assert_eq!(git(&b.ws, &["log", "-1", "--format=%s"]), "from the box");
+    common::shut_down(gm);
+}
+
+#[test]
+fn a_background_jobs_grandchild_is_confined_while_its_log_and_exit_code_are_kept() {
+    let b = Boxed::new();
+    let mut gm = b.serve(&["--sandbox", "workspace-write"]);
+    let command = format!("sh -c 'sh -c \"touch {}/grandchild\"; echo tried'; touch in-job", b.home.display());
+    let r = gm.js(&format!(
+        "await gm.job_start({{ name: 'deep', command: {} }});
+         for (let i = 0; i < 200; i++) {{
+           const s = await gm.job_status({{ name: 'deep', wait: 100 }});
+           if (s.state !== 'running') return s;
+         }}
+         return 'still running';",
+        json!(command)
+    ));
+    assert_eq!(r["state"], "exited", "{r}");
+    assert_eq!(r["exitCode"], 0, "the last command (inside the workspace) succeeded: {r}");
+    assert!(r["tail"].as_str().is_some_and(|t| t.contains("tried")), "the job's output is in its log: {r}");
+    assert!(!b.home.join("grandchild").exists(), "a grandchild wrote outside the box");
+    assert!(b.ws.join("in-job").exists(), "the job may write the workspace");
+    common::shut_down(gm);
+}
+
+#[test]
+fn a_workspace_server_is_confined_whatever_its_entry_says_while_the_users_own_is_not() {
+    let b = Boxed::new();
+    let (ws_marker, own_marker) = (b.home.join("ws-marker"), b.home.join("own-marker"));
+    let starts = |marker: &Path, name: &str| json!({ "command": "sh", "args": ["-c", format!("touch {} ; exec {} --name {name}", marker.display(), test_server())] });
+    std::fs::create_dir_all(b.ws.join(".gm")).expect(".gm");
+    let mut entry = starts(&ws_marker, "repo");
+    entry["sandbox"] = json!(false);
+    std::fs::write(b.ws.join(".gm/mcp.json"), json!({ "mcpServers": { "repo": entry } }).to_string()).expect("write");
+    let defaults = b.root.join("defaults");
+    std::fs::create_dir_all(&defaults).expect("mkdir");
+    std::fs::write(
+        defaults.join("mcp.json"),
+        json!({ "mcpServers": { "own": starts(&own_marker, "own") } }).to_string(),
+    )
+    .expect("write");
+    let trust = common::gm_command()
+        .args(["trust", "--yes"])
+        .current_dir(&b.ws)
+        .env("HOME", &b.home)
+        .env("GM_DEFAULTS_DIR", &defaults)
+        .stdin(Stdio::null())
+        .output()
+        .expect("gm trust");
+    assert!(trust.status.success(), "{}", String::from_utf8_lossy(&trust.stderr));
+    let mut gm =
+        b.serve_env(&["--sandbox", "workspace-write"], &[("GM_DEFAULTS_DIR", defaults.to_str().expect("utf-8"))]);
+    let r = gm.js("return [await gm.repo_echo({ x: 1 }), await gm.own_echo({ x: 2 })]");
+    assert!(r.to_string().contains('1') && r.to_string().contains('2'), "both servers answer: {r}");
+    assert!(!ws_marker.exists(), "the workspace's server wrote outside the box");
+    assert!(own_marker.exists(), "the user's own server (no \"sandbox\": true) is not confined");
+    common::shut_down(gm);
+}
+
+/// A TCP and a UDP listener on loopback; whether the shell reached either.
+fn reaches_loopback(gm: &mut Gm) -> (bool, bool) {
+    let tcp = std::net::TcpListener::bind("127.0.0.1:0").expect("tcp");
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").expect("udp");
+    udp.set_read_timeout(Some(std::time::Duration::from_millis(500))).expect("timeout");
+    tcp.set_nonblocking(true).expect("nonblocking");
+    let (tp, up) = (tcp.local_addr().expect("addr").port(), udp.local_addr().expect("addr").port());
+    shell(gm, &format!("exec 3<>/dev/tcp/127.0.0.1/{tp} && echo hi >&3; echo hi > /dev/udp/127.0.0.1/{up}; true"));
+    let tcp_reached = tcp.accept().is_ok();
+    let mut buf = [0u8; 16];
+    let udp_reached = udp.recv(&mut buf).is_ok();
+    (tcp_reached, udp_reached)
+}
+
+#[test]
+fn with_the_network_off_a_confined_shell_reaches_no_loopback_listener_tcp_or_udp() {
+    let b = Boxed::new();
+    let mut gm = b.serve(&["--sandbox", "workspace-write", "--sandbox-network", "off"]);
+    assert_eq!(reaches_loopback(&mut gm), (false, false));
+    common::shut_down(gm);
+    let mut gm = b.serve(&["--sandbox", "workspace-write"]);
+    assert_eq!(reaches_loopback(&mut gm), (true, true), "with the network on, both go through");
+    common::shut_down(gm);
+}
+
+#[test]
+fn sandbox_off_lets_everything_through() {
+    let b = Boxed::new();
+    let mut gm = b.serve(&["--sandbox", "off"]);
+    assert_eq!(shell(&mut gm, "touch \"$HOME/in-home\" && touch .gm/in-gm"), 0);
+    assert!(b.home.join("in-home").exists());
+    let home_file = b.home.join("x").display().to_string();
+    gm.js(&format!("return await gm.write_file({{ path: {}, content: 'x' }})", json!(home_file)));
+    assert_eq!(reaches_loopback(&mut gm), (true, true));
+    common::shut_down(gm);
+}
+
+#[test]
+fn read_only_leaves_a_shell_only_its_private_temporary_folder_and_the_home_config_can_choose_it() {
+    let b = Boxed::new();
+    std::fs::create_dir_all(b.home.join(".gmnew")).expect("mkdir");
+    std::fs::write(b.home.join(".gmnew/config.json"), r#"{"sandbox":{"mode":"read-only"}}"#).expect("write");
+    let mut gm = b.serve(&[]);
+    assert_ne!(shell(&mut gm, "touch in-workspace"), 0);
+    assert!(!b.ws.join("in-workspace").exists());
+    let r = gm.js("return (await gm.run_shell({ command: 'touch \"$TMPDIR/mine\" && echo \"$TMPDIR\"' }))");
+    assert_eq!(r["exitCode"], 0, "{r}");
+    let private: PathBuf = r["stdout"].as_str().expect("stdout").trim().into();
+    assert_ne!(private, b.tmp, "a folder of its own, not the shared temporary folder");
+    assert!(!private.exists(), "removed once the shell ended");
+    let status = gm.call_ok("next_context", json!({}));
+    assert_eq!(status["sandbox"]["mode"], "read-only", "{status}");
+    common::shut_down(gm);
+}
+
+#[test]
+fn a_second_session_asking_another_box_is_told_it_is_not_in_force() {
+    let b = Boxed::new();
+    let first = b.serve(&["--sandbox", "workspace-write"]);
+    let mut second = b.serve(&["--sandbox", "off"]);
+    let opened = second.events_of("session").pop().expect("session");
+    let options: Vec<Value> = opened["notInForce"].as_array().cloned().unwrap_or_default();
+    assert!(options.iter().any(|o| o["option"] == "--sandbox"), "{opened}");
+    // The box is the workspace's: the second session's shells are confined too.
+    assert_ne!(shell(&mut second, "touch \"$HOME/x\""), 0);
+    common::shut_down(second);
+    common::shut_down(first);
+}
