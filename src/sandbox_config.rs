@@ -129,8 +129,13 @@ fn git_paths(workspace: &Path) -> Vec<PathBuf> {
 /// The box of `settings` for `workspace` (canonical); `socket_dir`: gm's worker sockets,
 /// which stay read-only when they lie in a writable folder (the temporary one).
 pub fn policy(settings: &SandboxSettings, workspace: &Path, socket_dir: Option<&Path>) -> Policy {
+    let home = gm_actors::sys::home_dir();
     let absolute = |p: &Path| {
-        let p = if p.is_absolute() { p.to_owned() } else { workspace.join(p) };
+        let p = match (p.strip_prefix("~"), &home) {
+            (Ok(rest), Some(home)) => home.join(rest),
+            _ if p.is_absolute() => p.to_owned(),
+            _ => workspace.join(p),
+        };
         std::fs::canonicalize(&p).unwrap_or(p)
     };
     let allowed: Vec<PathBuf> = settings.allow_write.iter().map(|p| absolute(p)).collect();

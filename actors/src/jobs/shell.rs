@@ -52,24 +52,26 @@ pub(super) fn spawn_shell(spec: &ShellSpec) -> Result<(tokio::process::Child, Op
     if !spec.cwd.is_dir() {
         return Err(JobError::NoCwd(spec.cwd.clone()));
     }
-    let mut cmd = tokio::process::Command::new(shell());
-    cmd.arg("-c")
-        .arg(&spec.command)
-        .current_dir(&spec.cwd)
+    // A read-only box writes only a temporary folder of its own.
+    let tmp = spec.confine.as_deref().map(private_tmp).transpose()?.flatten();
+    let mut cmd = match &spec.confine {
+        Some(confine) => confine
+            .command(shell(), ["-c", spec.command.as_str()], tmp.as_deref())
+            .map(tokio::process::Command::from)
+            .map_err(|e| JobError::Spawn(std::io::Error::new(std::io::ErrorKind::PermissionDenied, e.to_string())))?,
+        None => {
+            let mut cmd = tokio::process::Command::new(shell());
+            cmd.arg("-c").arg(&spec.command);
+            cmd
+        }
+    };
+    cmd.current_dir(&spec.cwd)
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(false);
-    let mut tmp = None;
-    if let Some(confine) = &spec.confine {
-        // A read-only box writes only a temporary folder of its own.
-        tmp = private_tmp(confine)?;
-        confine
-            .confine(cmd.as_std_mut(), tmp.as_deref())
-            .map_err(|e| JobError::Spawn(std::io::Error::new(std::io::ErrorKind::PermissionDenied, e.to_string())))?;
-    }
     match cmd.spawn() {
         Ok(child) => Ok((child, tmp)),
         Err(e) => {

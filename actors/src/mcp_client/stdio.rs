@@ -94,26 +94,33 @@ impl Process {
     /// Starts `launch` with piped stdin and stdout, in a process group of its own, dying with
     /// the process that started it (a child server never outlives its worker, even one killed).
     pub fn spawn(launch: &Launch, stderr: Stderr) -> std::io::Result<Process> {
-        let mut cmd = Command::new(&launch.command);
-        cmd.args(&launch.args).envs(launch.env.iter().map(|(k, v)| (k, v))).current_dir(&launch.cwd);
+        let mut cmd = Self::command_of(launch)?;
+        cmd.envs(launch.env.iter().map(|(k, v)| (k, v))).current_dir(&launch.cwd);
         crate::sys::die_with_parent(&mut cmd);
-        if let Some(confine) = &launch.confine {
-            // A read-only box's temporary folder lives as long as the server (a name per start).
-            let tmp = match confine.policy().mode {
-                crate::sandbox::Mode::ReadOnly => {
-                    let dir = std::env::temp_dir().join(format!("gm-box-server-{}-{}", std::process::id(), next_box()));
-                    let mut builder = std::fs::DirBuilder::new();
-                    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-                    builder.create(&dir)?;
-                    Some(dir)
-                }
-                _ => None,
-            };
-            confine
-                .confine(&mut cmd, tmp.as_deref())
-                .map_err(|e| std::io::Error::new(std::io::ErrorKind::PermissionDenied, e.to_string()))?;
-        }
         Self::spawn_command(cmd, stderr)
+    }
+
+    /// The command of `launch`, in its box when it has one.
+    fn command_of(launch: &Launch) -> std::io::Result<Command> {
+        let Some(confine) = &launch.confine else {
+            let mut cmd = Command::new(&launch.command);
+            cmd.args(&launch.args);
+            return Ok(cmd);
+        };
+        // A read-only box's temporary folder lives as long as the server (a name per start).
+        let tmp = match confine.policy().mode {
+            crate::sandbox::Mode::ReadOnly => {
+                let dir = std::env::temp_dir().join(format!("gm-box-server-{}-{}", std::process::id(), next_box()));
+                let mut builder = std::fs::DirBuilder::new();
+                std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+                builder.create(&dir)?;
+                Some(dir)
+            }
+            _ => None,
+        };
+        confine
+            .command(&launch.command, &launch.args, tmp.as_deref())
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::PermissionDenied, e.to_string()))
     }
 
     /// Starts a prepared command (its stdio is set here).

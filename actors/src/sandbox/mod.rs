@@ -135,6 +135,34 @@ impl Confinement {
         &self.policy
     }
 
+    /// A command that runs `program` with `args` in the box. `tmp`: a private temporary
+    /// folder for a read-only box (writable, and the process's `TMPDIR`). On Linux the box is
+    /// built between the fork and the exec ([`Confinement::confine`]); on macOS the program runs
+    /// under `sandbox-exec` with the Seatbelt profile.
+    pub fn command(
+        &self,
+        program: impl AsRef<std::ffi::OsStr>,
+        args: impl IntoIterator<Item = impl AsRef<std::ffi::OsStr>>,
+        tmp: Option<&Path>,
+    ) -> Result<std::process::Command, SandboxError> {
+        #[cfg(target_os = "macos")]
+        {
+            let mut cmd = std::process::Command::new("/usr/bin/sandbox-exec");
+            cmd.arg("-p").arg(seatbelt::profile(&self.policy, tmp)).arg(program).args(args);
+            if let Some(tmp) = tmp {
+                cmd.env("TMPDIR", tmp);
+            }
+            Ok(cmd)
+        }
+        #[cfg(not(target_os = "macos"))]
+        {
+            let mut cmd = std::process::Command::new(program);
+            cmd.args(args);
+            self.confine(&mut cmd, tmp)?;
+            Ok(cmd)
+        }
+    }
+
     /// Adds the confinement to `cmd`, run between its fork and its exec. `tmp`: a private
     /// temporary folder for a read-only box (writable, and the process's `TMPDIR`).
     #[cfg(target_os = "linux")]
@@ -156,8 +184,17 @@ impl Confinement {
         Err(SandboxError::Unsupported(std::env::consts::OS.into()))
     }
 
-    /// `PROGRAM ARGS...` as the argv that runs it confined through the helper (`gm __sandbox`).
+    /// `PROGRAM ARGS...` as the argv that runs it confined through the helper (`gm __sandbox`;
+    /// on macOS, `sandbox-exec` with the profile).
     pub fn helper_argv(&self, program: impl Into<OsString>, args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
+        #[cfg(target_os = "macos")]
+        let mut argv: Vec<OsString> = vec![
+            "/usr/bin/sandbox-exec".into(),
+            "-p".into(),
+            seatbelt::profile(&self.policy, None).into(),
+            program.into(),
+        ];
+        #[cfg(not(target_os = "macos"))]
         let mut argv: Vec<OsString> =
             vec![self.exe.clone().into(), HELPER.into(), self.policy.to_arg().into(), "--".into(), program.into()];
         argv.extend(args);
@@ -166,11 +203,13 @@ impl Confinement {
 
     fn probe(&self) -> Result<(), SandboxError> {
         #[cfg(target_os = "linux")]
+        linux::supported().map_err(SandboxError::Unsupported)?;
+        #[cfg(not(any(target_os = "linux", target_os = "macos")))]
+        return Err(SandboxError::Unsupported(std::env::consts::OS.into()));
+        #[allow(unreachable_code)]
         {
-            linux::supported().map_err(SandboxError::Unsupported)?;
-            let mut cmd = std::process::Command::new("/bin/sh");
-            cmd.args(["-c", "exit 0"]).stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null());
-            self.confine(&mut cmd, None)?;
+            let mut cmd = self.command("/bin/sh", ["-c", "exit 0"], None)?;
+            cmd.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null());
             let status = cmd
                 .status()
                 .map_err(|e| SandboxError::Unsupported(format!("a confined process could not start: {e}")))?;
@@ -179,8 +218,6 @@ impl Confinement {
             }
             Ok(())
         }
-        #[cfg(not(target_os = "linux"))]
-        Err(SandboxError::Unsupported(std::env::consts::OS.into()))
     }
 }
 

@@ -384,6 +384,10 @@ fn main() {
         sessions(&args);
         return;
     }
+    if args.first().map(String::as_str) == Some("sandbox") {
+        sandbox(&args);
+        return;
+    }
     if args.first().map(String::as_str) != Some("suite") {
         eprintln!(
             "usage: mcp-bench suite --gm BIN --node-fs JS --echo BIN --file PATH [--seq N] [--par N] [--label L]"
@@ -624,4 +628,66 @@ fn child(args: &[String]) {
     println!("| `{tool}` called directly on the server (this client) | {:.1} | {:.1} |", direct.p50_us, direct.p99_us);
     println!("| `gm.{name}` inside run_code | {p50:.1} | {p99:.1} |");
     println!("| gm adds | {:.1} | {:.1} |", p50 - direct.p50_us, p99 - direct.p99_us);
+}
+
+/// `mcp-bench sandbox --gm BIN --dir DIR [--n N] [--rounds R]`: run_shell `true` unconfined,
+/// under `--sandbox workspace-write`, and with the network off too, side by side in alternating
+/// rounds (each configuration its own workspace and worker), with `bash -c true` as the floor.
+fn sandbox(args: &[String]) {
+    let gm = arg(args, "--gm").expect("--gm");
+    let dir = std::path::PathBuf::from(arg(args, "--dir").expect("--dir"));
+    let n: usize = arg(args, "--n").and_then(|n| n.parse().ok()).unwrap_or(300);
+    let rounds: usize = arg(args, "--rounds").and_then(|n| n.parse().ok()).unwrap_or(3);
+    let defaults = dir.join("no-defaults");
+    std::fs::create_dir_all(&defaults).expect("defaults");
+    std::fs::write(defaults.join("mcp.json"), r#"{"mcpServers":{}}"#).expect("defaults");
+    let idle = std::path::Path::new("2000");
+    let env = [("GM_DEFAULTS_DIR", defaults.as_path()), ("GM_WORKER_IDLE_MS", idle)];
+    let configs: [(&str, &[&str]); 3] = [
+        ("unconfined", &["--sandbox", "off"]),
+        ("workspace-write", &["--sandbox", "workspace-write"]),
+        ("workspace-write, network off", &["--sandbox", "workspace-write", "--sandbox-network", "off"]),
+    ];
+    let mut servers: Vec<Server> = configs
+        .iter()
+        .enumerate()
+        .map(|(i, (_, flags))| {
+            let ws = dir.join(format!("ws-{i}"));
+            std::fs::create_dir_all(&ws).expect("workspace");
+            let mut cmd = vec![gm.clone(), "serve".into(), "--surface".into(), "tools".into(), "--workspace".into()];
+            cmd.push(ws.to_string_lossy().into_owned());
+            cmd.extend(flags.iter().map(|f| f.to_string()));
+            let mut s = Server::spawn_env(&cmd, &env);
+            s.initialize();
+            s
+        })
+        .collect();
+    let params = json!({ "name": "run_shell", "arguments": { "command": "true" } });
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); configs.len()];
+    for _ in 0..rounds {
+        for (i, s) in servers.iter_mut().enumerate() {
+            let r = s.request("tools/call", params.clone());
+            assert_ne!(r["result"]["isError"], true, "{}: {r}", configs[i].0);
+            for _ in 0..n {
+                let t = Instant::now();
+                s.request("tools/call", params.clone());
+                times[i].push(t.elapsed().as_secs_f64() * 1e6);
+            }
+        }
+    }
+    drop(servers);
+    let bash = measure_exec(&["bash", "-c", "true"], n.min(200));
+    println!("| run_shell `true` | p50 (µs) | p99 (µs) | p50 over unconfined (µs) |\n|---|---|---|---|");
+    let mut base = 0.0;
+    for (i, (name, _)) in configs.iter().enumerate() {
+        let t = &mut times[i];
+        t.sort_by(|a, b| a.total_cmp(b));
+        let (p50, p99) = (percentile(t, 0.5), percentile(t, 0.99));
+        if i == 0 {
+            base = p50;
+        }
+        println!("| {name} | {p50:.0} | {p99:.0} | {:+.0} |", p50 - base);
+        println!("{}", json!({ "measure": format!("run_shell true, {name}"), "p50": p50, "p99": p99 }));
+    }
+    println!("| bash -c true (spawned directly) | {bash:.0} | | |");
 }
