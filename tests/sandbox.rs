@@ -264,3 +264,16 @@ fn a_second_session_asking_another_box_is_told_it_is_not_in_force() {
     common::shut_down(second);
     common::shut_down(first);
 }
+
+#[test]
+fn a_git_directory_made_after_the_start_is_protected_before_the_next_shell() {
+    let b = Boxed::new();
+    std::fs::remove_dir_all(b.ws.join(".git")).expect("no repository yet");
+    let mut gm = b.serve(&["--sandbox", "workspace-write"]);
+    assert_eq!(shell(&mut gm, "touch before-git"), 0);
+    git(&b.ws, &["init", "-q"]);
+    assert_ne!(shell(&mut gm, "touch .git/hooks/post-checkout"), 0, "the new .git was writable");
+    assert!(!b.ws.join(".git/hooks/post-checkout").exists());
+    assert_eq!(shell(&mut gm, "touch after-git"), 0);
+    common::shut_down(gm);
+}

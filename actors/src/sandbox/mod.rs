@@ -112,11 +112,14 @@ pub enum SandboxError {
 }
 
 /// A policy made ready for [`Confinement::confine`]: what can be decided before a fork.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Confinement {
     policy: Policy,
-    /// The gm binary, for [`Confinement::helper_argv`].
+    /// The gm binary, for [`Confinement::helper_argv`] and the keeper.
     exe: PathBuf,
+    /// The process holding the box's namespaces, which confined processes join (Linux).
+    #[cfg(target_os = "linux")]
+    keeper: std::sync::Mutex<Option<std::sync::Arc<linux::Keeper>>>,
 }
 
 impl Confinement {
@@ -126,7 +129,12 @@ impl Confinement {
         if policy.mode == Mode::Off {
             return Err(SandboxError::Policy("mode off confines nothing".into()));
         }
-        let me = Confinement { policy, exe };
+        let me = Confinement {
+            policy,
+            exe,
+            #[cfg(target_os = "linux")]
+            keeper: std::sync::Mutex::new(None),
+        };
         me.probe()?;
         Ok(me)
     }
@@ -167,7 +175,7 @@ impl Confinement {
     /// temporary folder for a read-only box (writable, and the process's `TMPDIR`).
     #[cfg(target_os = "linux")]
     pub fn confine(&self, cmd: &mut std::process::Command, tmp: Option<&Path>) -> Result<(), SandboxError> {
-        let prepared = linux::Prepared::new(&self.policy, tmp)?;
+        let prepared = linux::Prepared::joining(&self.policy, tmp, self.keeper()?)?;
         if let Some(tmp) = tmp {
             cmd.env("TMPDIR", tmp);
         }
@@ -177,6 +185,26 @@ impl Confinement {
             std::os::unix::process::CommandExt::pre_exec(cmd, move || prepared.apply());
         }
         Ok(())
+    }
+
+    /// The keeper of the box's namespaces: started at the first use, and again when a
+    /// protected path appeared that it could not mount (a `.git` made after the start) or it
+    /// died.
+    #[cfg(target_os = "linux")]
+    fn keeper(&self) -> Result<std::sync::Arc<linux::Keeper>, SandboxError> {
+        let mut held = self.keeper.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let stale = |k: &linux::Keeper| {
+            !k.alive()
+                || self.policy.read_only.iter().any(|p| {
+                    !k.mounted.contains(p) && std::fs::symlink_metadata(p).is_ok_and(|m| !m.file_type().is_symlink())
+                })
+        };
+        if let Some(k) = held.as_ref().filter(|k| !stale(k)) {
+            return Ok(k.clone());
+        }
+        let k = std::sync::Arc::new(linux::Keeper::start(&self.policy, &self.exe)?);
+        *held = Some(k.clone());
+        Ok(k)
     }
 
     #[cfg(not(target_os = "linux"))]
@@ -228,6 +256,16 @@ pub const HELPER: &str = "__sandbox";
 /// returns (with the exit code to use) when it could not. `args` are the arguments after
 /// `__sandbox`.
 pub fn run_helper(args: &[OsString]) -> i32 {
+    #[cfg(target_os = "linux")]
+    if args.first().is_some_and(|a| a == "--keep") {
+        return match args.get(1).map(|p| serde_json::from_str::<Policy>(&p.to_string_lossy())) {
+            Some(Ok(policy)) => linux::keep(&policy),
+            _ => {
+                eprintln!("gm {HELPER}: usage: gm {HELPER} --keep POLICY");
+                2
+            }
+        };
+    }
     let (policy, rest) = match args.split_first() {
         Some((policy, rest)) => (policy, rest),
         None => {
