@@ -165,7 +165,8 @@ fn a_background_jobs_grandchild_is_confined_while_its_log_and_exit_code_are_kept
 #[test]
 fn a_workspace_server_is_confined_whatever_its_entry_says_while_the_users_own_is_not() {
     let b = Boxed::new();
-    let (ws_marker, own_marker) = (b.home.join("ws-marker"), b.home.join("own-marker"));
+    let (ws_marker, own_marker, asked_marker) =
+        (b.home.join("ws-marker"), b.home.join("own-marker"), b.home.join("asked-marker"));
     let starts = |marker: &Path, name: &str| json!({ "command": "sh", "args": ["-c", format!("touch {} ; exec {} --name {name}", marker.display(), test_server())] });
     std::fs::create_dir_all(b.ws.join(".gm")).expect(".gm");
     let mut entry = starts(&ws_marker, "repo");
@@ -173,11 +174,10 @@ fn a_workspace_server_is_confined_whatever_its_entry_says_while_the_users_own_is
     std::fs::write(b.ws.join(".gm/mcp.json"), json!({ "mcpServers": { "repo": entry } }).to_string()).expect("write");
     let defaults = b.root.join("defaults");
     std::fs::create_dir_all(&defaults).expect("mkdir");
-    std::fs::write(
-        defaults.join("mcp.json"),
-        json!({ "mcpServers": { "own": starts(&own_marker, "own") } }).to_string(),
-    )
-    .expect("write");
+    let mut asked = starts(&asked_marker, "asked");
+    asked["sandbox"] = json!(true);
+    let own_servers = json!({ "mcpServers": { "own": starts(&own_marker, "own"), "asked": asked } });
+    std::fs::write(defaults.join("mcp.json"), own_servers.to_string()).expect("write");
     let trust = common::gm_command()
         .args(["trust", "--yes"])
         .current_dir(&b.ws)
@@ -189,8 +189,9 @@ fn a_workspace_server_is_confined_whatever_its_entry_says_while_the_users_own_is
     assert!(trust.status.success(), "{}", String::from_utf8_lossy(&trust.stderr));
     let mut gm =
         b.serve_env(&["--sandbox", "workspace-write"], &[("GM_DEFAULTS_DIR", defaults.to_str().expect("utf-8"))]);
-    let r = gm.js("return [await gm.repo_echo({ x: 1 }), await gm.own_echo({ x: 2 })]");
-    assert!(r.to_string().contains('1') && r.to_string().contains('2'), "both servers answer: {r}");
+    let r = gm.js("return [await gm.repo_echo({ x: 1 }), await gm.own_echo({ x: 2 }), await gm.asked_echo({ x: 3 })]");
+    assert!(r.to_string().contains('1') && r.to_string().contains('3'), "every server answers: {r}");
+    assert!(!asked_marker.exists(), "a server of the user's own layer that asked for the box is confined");
     assert!(!ws_marker.exists(), "the workspace's server wrote outside the box");
     assert!(own_marker.exists(), "the user's own server (no \"sandbox\": true) is not confined");
     common::shut_down(gm);
