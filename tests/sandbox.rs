@@ -97,6 +97,9 @@ fn workspace_write_lets_a_shell_write_the_workspace_and_its_temporary_folder_and
     assert_eq!(start["sandbox"]["mode"], "workspace-write", "{start}");
     let first = gm.call_ok("next_context", json!({}));
     assert_eq!(first["sandbox"]["mode"], "workspace-write", "the agent sees its box: {first}");
+    let status = common::gm_command().args(["status"]).current_dir(&b.ws).output().expect("gm status");
+    let status = String::from_utf8_lossy(&status.stdout);
+    assert!(status.contains("sandbox workspace-write") && status.contains("network on"), "{status}");
     common::shut_down(gm);
 }
 
@@ -124,6 +127,7 @@ fn gms_own_file_verbs_obey_the_box_and_its_git_verbs_still_commit() {
         ("write_file", json!({ "path": home_file, "content": "x" })),
         ("write_file", json!({ "path": "notes.md", "content": "through a link" })),
         ("write_file", json!({ "path": ".gm/planted", "content": "x" })),
+        ("edit_file", json!({ "path": "notes.md", "old": "the user's", "new": "the agent's" })),
     ] {
         let err = gm.call_err("run_code", json!({ "code": format!("return await gm.{verb}({args})") }));
         assert_eq!(err["details"]["code"], "refused", "{verb} {args}: {err}");
