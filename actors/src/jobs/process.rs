@@ -7,18 +7,23 @@ use crate::sys;
 /// Time a group gets between SIGTERM and SIGKILL.
 pub const KILL_GRACE: Duration = Duration::from_millis(500);
 
-/// `bash` where there is one, else POSIX `sh`.
+/// `bash` where there is one, else POSIX `sh`, as the absolute path found on `PATH` when gm
+/// started: spawning by name makes every shell try each `PATH` entry in turn, and each miss is
+/// a failed `execve` (on this machine's 15-entry `PATH`, ~180 µs a shell).
 pub(super) fn shell() -> &'static str {
-    static SHELL: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+    static SHELL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     SHELL.get_or_init(|| {
-        let found = std::env::var_os("PATH")
-            .map(|p| std::env::split_paths(&p).any(|d| d.join("bash").is_file()))
-            .unwrap_or(false);
-        if found {
-            "bash"
-        } else {
-            "sh"
-        }
+        let dirs: Vec<std::path::PathBuf> =
+            std::env::var_os("PATH").map(|p| std::env::split_paths(&p).collect()).unwrap_or_default();
+        ["bash", "sh"]
+            .iter()
+            .find_map(|name| {
+                dirs.iter()
+                    .map(|d| d.join(name))
+                    .find(|p| std::fs::metadata(p).is_ok_and(|m| m.is_file() && sys::is_executable(&m)))
+            })
+            .and_then(|p| p.to_str().map(str::to_owned))
+            .unwrap_or_else(|| "sh".to_owned())
     })
 }
 
