@@ -8,8 +8,8 @@ use crate::sys;
 pub const KILL_GRACE: Duration = Duration::from_millis(500);
 
 /// `bash` where there is one, else POSIX `sh`, as the absolute path found on `PATH` when gm
-/// started: spawning by name makes every shell try each `PATH` entry in turn, and each miss is
-/// a failed `execve` (on this machine's 15-entry `PATH`, ~180 µs a shell).
+/// started: spawning by name makes every shell try each `PATH` entry in turn, each miss a
+/// failed `execve` (cheap, but nothing a shell needs).
 pub(super) fn shell() -> &'static str {
     static SHELL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     SHELL.get_or_init(|| {
