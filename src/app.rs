@@ -19,6 +19,9 @@ pub struct App {
     pub js: JsEngines,
     /// How often a long call with a progressToken reports progress.
     pub progress_every: Duration,
+    /// The reply budget (`--max-result-bytes`) and how far a run_code call may raise it.
+    /// Worker-wide, like `--max-inflight`: a relay that joins a running worker gets its own.
+    pub budget: crate::budget::Limits,
 }
 
 /// One host connection (a session): where its replies go and the settings its relay asked for.

@@ -9,11 +9,13 @@
 pub mod app;
 pub mod bench;
 pub mod blobs;
+pub mod budget;
 pub mod child_groups;
 pub mod children;
 pub mod config_watch;
 pub mod dist;
 pub mod docs;
+pub mod dts;
 pub mod git;
 pub mod gitignore;
 pub mod http;

@@ -66,6 +66,20 @@ fn cli() -> Command {
                         .help(format!("Steps a run may take unless its task sets another budget [default: {DEFAULT_STEP_BUDGET}]")),
                 )
                 .arg(
+                    Arg::new("max-result-bytes")
+                        .long("max-result-bytes")
+                        .value_name("N")
+                        .value_parser(value_parser!(u64).range(gm::budget::MIN_RESULT_BYTES as u64..))
+                        .help(format!("Bytes of content a tool result may carry; a bigger one is cut as valid JSON, largest parts first, and kept whole in .gm/out/ [default: ${} or {}]", gm::budget::MAX_RESULT_BYTES_ENV, gm::budget::DEFAULT_MAX_RESULT_BYTES)),
+                )
+                .arg(
+                    Arg::new("max-result-bytes-ceiling")
+                        .long("max-result-bytes-ceiling")
+                        .value_name("N")
+                        .value_parser(value_parser!(u64).range(gm::budget::MIN_RESULT_BYTES as u64..))
+                        .help(format!("The most a run_code call may ask for with maxResultBytes [default: ${} or {}]", gm::budget::CEILING_ENV, gm::budget::DEFAULT_CEILING)),
+                )
+                .arg(
                     Arg::new("no-relay")
                         .long("no-relay")
                         .action(ArgAction::SetTrue)
@@ -272,6 +286,19 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
+        let flag = |id: &str| sub.get_one::<u64>(id).map(|&n| usize::try_from(n).unwrap_or(usize::MAX));
+        let budget = match gm::budget::Limits::from_env(flag("max-result-bytes"), flag("max-result-bytes-ceiling")) {
+            Ok(b) => b,
+            Err(e) => {
+                eprintln!("gm: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        // Every worker reads the budget, however it is started: the relay passes its own
+        // arguments on, but a worker the HTTP front starts gets only the settings the front
+        // names, and the environment. Set here, before any thread exists.
+        std::env::set_var(gm::budget::MAX_RESULT_BYTES_ENV, budget.max_result_bytes.to_string());
+        std::env::set_var(gm::budget::CEILING_ENV, budget.ceiling.to_string());
         let relay_options = || gm::relay::RelayOptions {
             serve_args: std::env::args_os().skip(2).collect(),
             workspace: workspace_of(sub),
@@ -309,6 +336,7 @@ fn main() -> ExitCode {
             step_budget: sub.get_one::<u64>("step-budget").copied().unwrap_or(DEFAULT_STEP_BUDGET),
             mcp_config: sub.get_one::<PathBuf>("mcp-config").cloned(),
             sandbox,
+            budget,
         };
         return match serve::serve(opts) {
             Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),

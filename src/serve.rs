@@ -54,6 +54,8 @@ pub struct ServeOptions {
     pub mode: Mode,
     /// The box chosen by the flags and `~/.gmnew/config.json`.
     pub sandbox: crate::sandbox_config::SandboxSettings,
+    /// The reply budget: `--max-result-bytes`, `--max-result-bytes-ceiling` or their variables.
+    pub budget: crate::budget::Limits,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -260,6 +262,7 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
             runs: RunStore::new(&state_dir),
             js: JsEngines::new(JS_ENGINES),
             progress_every: env_millis("GM_PROGRESS_INTERVAL_MS").unwrap_or(PROGRESS_EVERY),
+            budget: opts.budget,
         });
         let settings = WorkerSettings {
             max_inflight: opts.max_inflight,

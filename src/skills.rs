@@ -2,12 +2,19 @@
 //! SEP-2640 skill entries, and as prompts. Files are read from disk at every use, so an edit
 //! to a rule takes effect at the next step. A copy built into the binary stands in when no
 //! skills directory is found, and the server says which it used.
+//!
+//! One file of the gm skill is not on disk: `skill://gm/gm.d.ts` ([`crate::dts`]) is made at
+//! every read from the verb registry and the child servers' tools.
 
 use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, OnceLock, Weak};
 
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
+
+use crate::children::Children;
+use crate::dts;
 
 /// The heading of the rules section in skills/gm/SKILL.md.
 pub const RULES_HEADING: &str = "## The seven rules of a run";
@@ -34,6 +41,10 @@ pub enum SkillError {
 pub struct Skills {
     /// The skills directory, or `None` when the built-in copy is served.
     dir: Option<PathBuf>,
+    /// The worker's child servers, whose tools gm.d.ts declares beside the verbs; unset in the
+    /// one-shot CLI, which starts none. Weak: serving their declarations must not keep the
+    /// child servers alive past the worker's own handle.
+    children: Arc<OnceLock<Weak<Children>>>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -63,11 +74,23 @@ impl Skills {
         }
         candidates.extend(gm_actors::builds::running_part_candidates("skills", Path::new(env!("CARGO_MANIFEST_DIR"))));
         let dir = candidates.into_iter().find(|d| d.join("gm/SKILL.md").is_file());
-        Self { dir: dir.and_then(|d| d.canonicalize().ok()) }
+        Self { dir: dir.and_then(|d| d.canonicalize().ok()), children: Arc::default() }
     }
 
     pub fn at(dir: PathBuf) -> Self {
-        Self { dir: Some(dir) }
+        Self { dir: Some(dir), children: Arc::default() }
+    }
+
+    /// gm.d.ts declares the tools of these child servers from now on. The first call wins:
+    /// a worker has one set of child servers, which every session shares.
+    pub fn declare_tools_of(&self, children: &Arc<Children>) {
+        let _ = self.children.set(Arc::downgrade(children));
+    }
+
+    /// The text of `skill://gm/gm.d.ts` now.
+    pub fn declarations(&self) -> String {
+        let tools = self.children.get().and_then(Weak::upgrade).map(|c| c.tools()).unwrap_or_default();
+        dts::generate(&tools)
     }
 
     /// The skills directory found; `None` when the built-in copy is served.
@@ -83,8 +106,10 @@ impl Skills {
         }
     }
 
-    /// Every skill file, skills sorted by name, SKILL.md first in each.
+    /// Every skill file, skills sorted by name, SKILL.md first in each; the gm skill's
+    /// gm.d.ts as it is now.
     pub fn files(&self) -> Vec<SkillFile> {
+        let generated = format!("{}/{}", dts::SKILL, dts::FILE);
         let mut out: Vec<SkillFile> = match &self.dir {
             None => EMBEDDED.iter().map(|(rel, text)| entry(rel, text.as_bytes())).collect(),
             Some(dir) => {
@@ -98,6 +123,11 @@ impl Skills {
                 v
             }
         };
+        // Generated, never read from disk: a file of that name in the skill is not served.
+        out.retain(|f| format!("{}/{}", f.skill, f.file) != generated);
+        if out.iter().any(|f| f.skill == dts::SKILL && f.file == "SKILL.md") {
+            out.push(entry(&generated, self.declarations().as_bytes()));
+        }
         out.sort_by(|a, b| (&a.skill, a.file != "SKILL.md", &a.file).cmp(&(&b.skill, b.file != "SKILL.md", &b.file)));
         out
     }
@@ -112,6 +142,9 @@ impl Skills {
 
     pub fn read(&self, uri: &str) -> Result<String, SkillError> {
         let rel = parse_uri(uri)?;
+        if uri == dts::URI {
+            return Ok(self.declarations());
+        }
         match &self.dir {
             None => EMBEDDED
                 .iter()
@@ -159,10 +192,15 @@ fn entry(rel: &str, bytes: &[u8]) -> SkillFile {
         skill: skill.into(),
         file: file.into(),
         size: bytes.len() as u64,
-        digest: format!("sha256:{:x}", Sha256::digest(bytes)),
+        digest: digest(bytes),
         name: field("name"),
         description: field("description"),
     }
+}
+
+/// `sha256:<hex>` of a file's bytes, as skill manifests and resources carry it.
+pub fn digest(bytes: &[u8]) -> String {
+    format!("sha256:{:x}", Sha256::digest(bytes))
 }
 
 /// `(skill, file)` for every regular file under `dir/<skill>/` where `<skill>/SKILL.md` exists.
@@ -272,16 +310,16 @@ mod tests {
 
     #[test]
     fn the_embedded_copy_serves_every_file_with_a_digest() {
-        let s = Skills { dir: None };
+        let s = Skills { dir: None, children: Arc::default() };
         let files = s.files();
-        assert_eq!(files.len(), 3);
+        assert_eq!(files.len(), 4, "three files and the generated gm.d.ts");
         assert!(files.iter().all(|f| f.digest.starts_with("sha256:") && f.digest.len() == 71));
         assert_eq!(s.names(), ["gm", "gm-continue"]);
     }
 
     #[test]
     fn a_skill_md_is_named_and_described_by_its_frontmatter() {
-        let files = Skills { dir: None }.files();
+        let files = Skills { dir: None, children: Arc::default() }.files();
         let gm = files.iter().find(|f| f.uri == "skill://gm/SKILL.md").expect("gm");
         let front = frontmatter(EMBEDDED[0].1);
         assert_eq!(gm.name.as_deref(), front["name"].as_str());
@@ -289,5 +327,22 @@ mod tests {
         assert!(gm.description.as_deref().is_some_and(|d| !d.is_empty()));
         let workflows = files.iter().find(|f| f.file == "WORKFLOWS.md").expect("workflows");
         assert_eq!((workflows.name.as_deref(), workflows.description.as_deref()), (None, None));
+    }
+
+    #[test]
+    fn gm_d_ts_is_served_generated_and_a_file_of_that_name_on_disk_is_not() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(dir.path().join("gm")).expect("gm");
+        std::fs::write(dir.path().join("gm/SKILL.md"), "---\nname: gm\n---\n").expect("SKILL.md");
+        std::fs::write(dir.path().join("gm/gm.d.ts"), "hand-written").expect("gm.d.ts");
+        let s = Skills::at(dir.path().to_owned());
+        let text = s.read(dts::URI).expect("gm.d.ts");
+        assert_eq!(text, dts::generate(&[]));
+        let listed: Vec<SkillFile> = s.files().into_iter().filter(|f| f.uri == dts::URI).collect();
+        assert_eq!(listed.len(), 1);
+        assert_eq!((listed[0].size, &listed[0].digest), (text.len() as u64, &digest(text.as_bytes())));
+        // Without the gm skill there is nothing to declare.
+        std::fs::remove_file(dir.path().join("gm/SKILL.md")).expect("rm");
+        assert!(s.files().is_empty());
     }
 }

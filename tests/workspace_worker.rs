@@ -534,7 +534,9 @@ fn a_host_that_stops_reading_has_its_calls_wait_while_the_other_session_goes_on(
     let ran = |b: &mut Gm| b.events_of("action").iter().filter(|e| e["session"] == a_session).count();
     let call = |id: usize| {
         let code = format!("return 'x'.repeat(100000) + ':{id}';");
-        json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": { "name": "run_code", "arguments": { "code": code } } })
+        // Above the default reply budget on purpose: the answers must stay this big.
+        json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": { "name": "run_code", "arguments": { "code": code, "maxResultBytes": 300000 } } })
     };
     // Ten calls at a time, each answered with 200 KB (the text and the structured content),
     // until the worker leaves some of them untaken: every call it takes runs.

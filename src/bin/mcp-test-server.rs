@@ -5,7 +5,7 @@
 //!   mcp-test-server [--crash-before-init] [--crash-before-init-times FILE N] [--hang]
 //!                   [--crash-before-init-while FILE] [--hang-while FILE] [--slow-start MS]
 //!                   [--garbage] [--pages] [--record FILE] [--name NAME] [--extra-tool NAME]...
-//!                   [--ignore-eof] [--grandchild FILE]
+//!                   [--ignore-eof] [--grandchild FILE] [--big]
 //!
 //! `--ignore-eof` keeps it running after its stdin ends (a server whose loop is stuck);
 //! `--grandchild FILE` starts a `sleep` in its process group and writes that pid to FILE;
@@ -16,7 +16,7 @@
 //! mid-call), env ({ name }: an environment variable), add_tool (adds `extra` and sends
 //! notifications/tools/list_changed), pid, stall (answers, then stops reading its stdin for
 //! { ms }, for ever without: its event loop blocked), read_file and reset (names other tests
-//! need).
+//! need), and with `--big`, big ({ bytes }: a text block that long).
 
 use std::io::{BufRead, Write};
 use std::sync::{Arc, Mutex};
@@ -36,6 +36,8 @@ struct Options {
     ignore_eof: bool,
     grandchild: Option<String>,
     slow_start: Option<u64>,
+    /// List the tool `big` too (the others' count stays as tests know it without).
+    big: bool,
 }
 
 fn options() -> Options {
@@ -63,6 +65,7 @@ fn options() -> Options {
         ignore_eof: args.iter().any(|a| a == "--ignore-eof"),
         grandchild: value("--grandchild"),
         slow_start: value("--slow-start").and_then(|ms| ms.parse().ok()),
+        big: args.iter().any(|a| a == "--big"),
     }
 }
 
@@ -107,6 +110,9 @@ fn main() {
         tool("pid", "This server's process id."),
         tool("stall", "Answers, then stops reading its stdin for { ms } (for ever without)."),
     ];
+    if opts.big {
+        tools.push(tool("big", "A text block of { bytes } bytes."));
+    }
     tools.extend(opts.extra.iter().map(|n| tool(n, "Named on the command line; echoes.")));
     let stdin = std::io::stdin();
     for line in stdin.lock().lines() {
@@ -181,6 +187,10 @@ fn main() {
                         // This loop is the only reader of stdin: nothing is read meanwhile.
                         let ms = args["ms"].as_u64().unwrap_or(u64::MAX / 4);
                         std::thread::sleep(Duration::from_millis(ms));
+                    }
+                    "big" => {
+                        let bytes = args["bytes"].as_u64().unwrap_or(1 << 20) as usize;
+                        send(reply(text("y".repeat(bytes))));
                     }
                     "fail" => {
                         let mut r = text("it failed, as asked".into());

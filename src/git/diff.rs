@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use super::GitError;
 
 /// Inline bytes of a diff's patch text; past this the reply keeps the head and spills the rest.
-pub const INLINE_PATCH: usize = 256 * 1024;
+pub const INLINE_PATCH: usize = 32 * 1024;
 
 #[derive(Debug, Serialize)]
 pub struct DiffSummary {

@@ -23,7 +23,9 @@ pub fn capabilities() -> Value {
     json!({
         // run_code's description changes as child servers start (and their tools change).
         "tools": { "listChanged": true },
-        "resources": { "subscribe": false, "listChanged": false },
+        // gm.d.ts changes as child servers come and go: a subscriber is told (the set of
+        // resources itself never changes).
+        "resources": { "subscribe": true, "listChanged": false },
         "prompts": { "listChanged": false },
         "extensions": { SKILLS_EXTENSION: {} },
     })
@@ -309,6 +311,31 @@ fn empty_args() -> Option<Box<RawValue>> {
     RawValue::from_string("{}".to_owned()).ok()
 }
 
+/// The `_meta` key under which a reply that was cut to its budget carries `{ bytes, spill }`
+/// (`crate::budget`); the model sees the same as `structuredContent.cut`.
+pub const CUT_META_KEY: &str = "com.anentrypoint.gmnew/cut";
+
+/// How a reply over its budget is written: `server/call.rs` decides, `crate::budget` cuts.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Fitted<'a> {
+    /// The first text block's text instead of the value's JSON: a summary pointing at
+    /// `structuredContent`, which holds the value.
+    pub summary: Option<&'a str>,
+    /// A last text block saying what was cut and where the whole is, for a value that has no
+    /// `structuredContent` to carry `cut`.
+    pub note: Option<&'a str>,
+    /// `{ bytes, spill }` as JSON text, put in `_meta` under [`CUT_META_KEY`].
+    pub cut: Option<&'a str>,
+}
+
+/// Bytes of content the reply for `value` carries: its JSON as the text block, again as the
+/// structured content when it is an object, and the extra text block.
+pub fn content_bytes(value: &RawValue, extra_text: Option<&str>) -> usize {
+    let json = value.get().trim();
+    let copies = if json.starts_with('{') { 2 } else { 1 };
+    json.len() * copies + extra_text.map_or(0, str::len)
+}
+
 /// The whole JSON-RPC reply line for a tools/call result: the value's JSON text as the text
 /// block, plus structured content when it is an object, written straight to bytes: the text
 /// is used twice (escaped as the text block, raw as the structured content), with no
@@ -321,16 +348,29 @@ pub fn tool_result_line(
     extra_text: Option<&str>,
     modern: bool,
 ) -> String {
+    tool_result_line_fitted(id, value, is_error, run, extra_text, modern, Fitted::default())
+}
+
+/// [`tool_result_line`] for a reply fitted to its budget.
+pub fn tool_result_line_fitted(
+    id: &Value,
+    value: &RawValue,
+    is_error: bool,
+    run: &str,
+    extra_text: Option<&str>,
+    modern: bool,
+    fit: Fitted<'_>,
+) -> String {
     let json = value.get().trim();
     let mut out = String::with_capacity(json.len() * 2 + 160);
     out.push_str(r#"{"jsonrpc":"2.0","id":"#);
     out.push_str(&id.to_string());
     out.push_str(r#","result":{"content":[{"type":"text","text":"#);
-    push_json_str(&mut out, json);
+    push_json_str(&mut out, fit.summary.unwrap_or(json));
     out.push('}');
-    if let Some(extra) = extra_text {
+    for text in [extra_text, fit.note].into_iter().flatten() {
         out.push_str(r#",{"type":"text","text":"#);
-        push_json_str(&mut out, extra);
+        push_json_str(&mut out, text);
         out.push('}');
     }
     out.push_str(r#"],"isError":"#);
@@ -339,6 +379,12 @@ pub fn tool_result_line(
     out.push_str(RUN_META_KEY);
     out.push_str(r#"":"#);
     push_json_str(&mut out, run);
+    if let Some(cut) = fit.cut {
+        out.push_str(r#",""#);
+        out.push_str(CUT_META_KEY);
+        out.push_str(r#"":"#);
+        out.push_str(cut);
+    }
     if modern {
         out.push_str(r#",""#);
         out.push_str(super::shared::SERVER_INFO_KEY);
@@ -403,6 +449,21 @@ mod tests {
                 assert_eq!(modern["result"]["content"], result["content"]);
             }
         }
+    }
+
+    #[test]
+    fn a_fitted_reply_has_its_summary_first_its_note_last_and_its_cut_in_meta() {
+        let raw = serde_json::value::to_raw_value(&json!({ "result": "x…[cut 9 bytes]" })).expect("serializes");
+        let fit = Fitted { summary: Some("see structuredContent"), note: Some("note"), cut: Some(r#"{"bytes":9}"#) };
+        let line = tool_result_line_fitted(&json!(1), &raw, false, "run-1", Some("console"), false, fit);
+        let r: Value = serde_json::from_str(&line).expect("valid JSON");
+        let texts: Vec<&str> =
+            r["result"]["content"].as_array().expect("content").iter().filter_map(|b| b["text"].as_str()).collect();
+        assert_eq!(texts, ["see structuredContent", "console", "note"]);
+        assert_eq!(r["result"]["structuredContent"]["result"], "x…[cut 9 bytes]");
+        assert_eq!(r["result"]["_meta"][CUT_META_KEY], json!({ "bytes": 9 }));
+        assert_eq!(r["result"]["_meta"][RUN_META_KEY], "run-1");
+        assert_eq!(content_bytes(&raw, Some("console")), 2 * raw.get().len() + 7);
     }
 
     #[test]

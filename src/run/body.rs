@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gm_actors::jobs::{FinishBody, StartBody};
-use gm_actors::js_engine::{CancelToken, JsError, Outcome, Run};
+use gm_actors::js_engine::{CancelToken, ConsoleLine, JsError, Outcome, Run};
 use gm_actors::log_writer::{Event, Scope};
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 
 use super::{raw, ToolOutput};
 use crate::app::App;
+use crate::budget::{self, Limits};
 use crate::children::Offered;
 use crate::verbs;
 use crate::verbs::{parse_args, VerbError};
@@ -30,28 +31,43 @@ pub struct RunCodeArgs {
     pub code: String,
     /// Budget in milliseconds (default 180000, at most 300000).
     pub timeout_ms: Option<u64>,
+    /// Bytes of content this call's reply may carry (default 80000, or the server's
+    /// --max-result-bytes; at least 1000, at most its --max-result-bytes-ceiling, 1000000 by
+    /// default). A bigger result is cut as valid JSON, the largest parts first, and kept whole
+    /// in the file its `cut.spill` names.
+    pub max_result_bytes: Option<u64>,
 }
 
-pub fn parse_run_code(args: &RawValue) -> Result<(String, Duration), VerbError> {
+/// run_code's arguments, checked.
+pub struct Parsed {
+    pub code: String,
+    /// How long the call waits for the body before it goes on in the background.
+    pub budget: Duration,
+    /// The reply's budget in bytes.
+    pub max_result_bytes: usize,
+}
+
+pub fn parse_run_code(args: &RawValue, limits: &Limits) -> Result<Parsed, VerbError> {
     let args: RunCodeArgs = parse_args(args)?;
     let ms = args.timeout_ms.unwrap_or(DEFAULT_BUDGET_MS);
     if ms == 0 || ms > MAX_BUDGET_MS {
         return Err(VerbError::InvalidArgs(format!("timeoutMs must be between 1 and {MAX_BUDGET_MS} (got {ms})")));
     }
-    Ok((args.code, Duration::from_millis(ms)))
+    let max_result_bytes = limits.for_call(args.max_result_bytes).map_err(|e| VerbError::InvalidArgs(e.to_string()))?;
+    Ok(Parsed { code: args.code, budget: Duration::from_millis(ms), max_result_bytes })
 }
 
 /// Runs a body. One still running at its budget goes on in the background as a job
 /// (`body-<n>`): the call returns at once with its name, and `job_status` reports its result.
 pub async fn run_code(
     app: &App,
-    code: String,
-    budget: Duration,
+    parsed: Parsed,
     body: u64,
     cancel: CancelToken,
     scope: Scope,
     consent: Option<crate::trust::ask::Asker>,
 ) -> Result<ToolOutput, Value> {
+    let Parsed { code, budget, max_result_bytes } = parsed;
     // Shells the body starts are stopped with it; its calls are logged as the session's.
     let ctx = app.ctx.for_call(cancel.clone(), Some(scope.clone()));
     let host = Arc::new(crate::js::Host::new(ctx, body, consent));
@@ -63,7 +79,18 @@ pub async fn run_code(
     let started_ms = gm_actors::clock::now_ms();
     tokio::select! {
         outcome = &mut pending => {
-            let (value, extra) = shape(outcome, &lines)?;
+            let mut outcome = outcome;
+            let mut shaped = shape(outcome.as_ref(), &lines);
+            // A reply over its budget keeps a long console's head and tail (the rest of the cut
+            // is the reply's, in `server/call.rs`, which cannot tell a console from an array).
+            if let Ok(o) = &mut outcome {
+                let cap = (max_result_bytes / 4).saturating_sub(CONSOLE_NOTE_ROOM);
+                if budget::console_bytes(&o.console) > cap && reply_bytes(&shaped) > max_result_bytes {
+                    cap_console(app, o, cap).await;
+                    shaped = shape(outcome.as_ref(), &lines);
+                }
+            }
+            let (value, extra) = shaped?;
             return Ok(ToolOutput { value: raw(&value), extra, detached: false });
         }
         () = tokio::time::sleep(budget) => {}
@@ -90,7 +117,7 @@ pub async fn run_code(
             Err(_) => String::new(),
         };
         let secrets = secrets.get();
-        let mut result = shape(outcome, &lines).map(|(v, _)| v["result"].clone());
+        let mut result = shape(outcome.as_ref(), &lines).map(|(v, _)| v["result"].clone());
         match &mut result {
             Ok(v) | Err(v) => secrets.redact_value(v),
         }
@@ -114,8 +141,53 @@ pub async fn run_code(
     Ok(ToolOutput { value: raw(&value), extra: None, detached: true })
 }
 
+/// Room under a console's cap for the line that says what was cut and `console:\n`.
+const CONSOLE_NOTE_ROOM: usize = 256;
+
+/// Bytes of content a shaped body's reply carries: the value's JSON twice (the text block and
+/// `structuredContent`, as `protocol::mcp::content_bytes` counts an object) and the console's
+/// text block; an error is the value `{ "error": ... }`.
+fn reply_bytes(shaped: &Result<(Value, Option<String>), Value>) -> usize {
+    let json_len = |v: &Value| serde_json::to_string(v).map_or(0, |t| t.len());
+    match shaped {
+        Ok((value, extra)) => 2 * json_len(value) + extra.as_ref().map_or(0, String::len),
+        Err(error) => 2 * (json_len(error) + r#"{"error":}"#.len()),
+    }
+}
+
+/// A body's console over `cap` bytes (about a quarter of the reply's budget: the console is in
+/// the reply twice, as the `console` lines and as a text block, and the result needs the rest)
+/// keeps its first and last lines, as a shell's output does, with a line between them saying
+/// how much was cut and where the whole console is.
+async fn cap_console(app: &App, outcome: &mut Outcome, cap: usize) {
+    if budget::console_bytes(&outcome.console) <= cap {
+        return;
+    }
+    let whole: String = outcome.console.iter().map(|l| format!("[{}] {}\n", l.level, l.text)).collect();
+    // The reply is redacted later; the file is written now.
+    let whole = app.ctx.secrets.get().redactor.redact(&whole);
+    let (state_dir, workspace) = (app.ctx.state_dir.clone(), app.ctx.workspace.clone());
+    let saved =
+        tokio::task::spawn_blocking(move || super::spill(&state_dir, &workspace, "console", ".txt", whole.as_bytes()))
+            .await
+            .unwrap_or_else(|e| Err(e.to_string()));
+    match budget::cut_console(std::mem::take(&mut outcome.console), cap) {
+        Ok(lines) => outcome.console = lines,
+        Err(cut) => {
+            let whole_is = match saved {
+                Ok(path) => format!("the whole console is in {path}"),
+                Err(e) => format!("it could not be saved: {e}"),
+            };
+            let text = format!("…[cut {} bytes of console output; {whole_is}]", budget::grouped(cut.bytes));
+            outcome.console = cut.head;
+            outcome.console.push(ConsoleLine { level: "gm".into(), text });
+            outcome.console.extend(cut.tail);
+        }
+    }
+}
+
 /// A finished body as a tool result: its value and console, or a structured error.
-fn shape(outcome: Result<Outcome, actix::MailboxError>, lines: &[String]) -> Result<(Value, Option<String>), Value> {
+fn shape(outcome: Result<&Outcome, &actix::MailboxError>, lines: &[String]) -> Result<(Value, Option<String>), Value> {
     let outcome = outcome
         .map_err(|e| json!({ "code": "engine_error", "message": format!("the JS engine is unavailable: {e}") }))?;
     let console_text = (!outcome.console.is_empty()).then(|| {
@@ -127,11 +199,11 @@ fn shape(outcome: Result<Outcome, actix::MailboxError>, lines: &[String]) -> Res
     });
     let console = serde_json::to_value(&outcome.console).unwrap_or_default();
     let ms = outcome.elapsed.as_secs_f64() * 1000.0;
-    match outcome.result {
+    match &outcome.result {
         Ok(result) => Ok((json!({ "result": result, "console": console, "ms": ms }), console_text)),
         Err(e) => {
-            let mut err = json!({ "code": js_error_code(&e), "message": e.to_string(), "console": console });
-            if let JsError::Thrown { name, message, stack, line, details } = &e {
+            let mut err = json!({ "code": js_error_code(e), "message": e.to_string(), "console": console });
+            if let JsError::Thrown { name, message, stack, line, details } = e {
                 err["name"] = json!(name);
                 err["message"] = json!(message);
                 err["stack"] = json!(stack);
@@ -168,6 +240,8 @@ pub fn run_code_description(offered: &Offered) -> String {
         "Run an async JavaScript body (QuickJS) and return its result. `return` gives the result; \
          console.log/error are captured; a throw comes back as an error with its stack and the line in the body. \
          Budget 180000 ms by default (timeoutMs, at most 300000); a body still running at its budget goes on in the background. \
+         The reply carries at most 80000 bytes unless the server or maxResultBytes says otherwise: a bigger result is cut as valid JSON, the largest strings and arrays first, \
+         and kept whole in the file its cut.spill names (.gm/out/, read it with gm.read_file): return summaries, not everything. \
          require() and import() load files relative to the workspace. \
          Every verb is an async function on `gm`, admitted like a tool call (a shell runs alone):\n",
     );

@@ -9,6 +9,7 @@
 pub mod body;
 pub mod step;
 
+use std::path::Path;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -85,6 +86,19 @@ impl RunSession {
 /// The rest of a call, after its arrival.
 pub type ToolFuture = LocalBoxFuture<'static, Result<ToolOutput, Value>>;
 
+/// A call at its arrival: the rest to run, and the reply budget it asked for (run_code's
+/// `maxResultBytes`), settled before it runs so that an error reply keeps to it too.
+pub struct Arrived {
+    pub rest: ToolFuture,
+    pub max_result_bytes: Option<usize>,
+}
+
+impl From<ToolFuture> for Arrived {
+    fn from(rest: ToolFuture) -> Self {
+        Self { rest, max_result_bytes: None }
+    }
+}
+
 /// One of the run loop's own tools.
 pub struct LoopTool {
     pub name: &'static str,
@@ -98,7 +112,7 @@ pub struct LoopTool {
     pub on_tools_surface: bool,
     pub annotations: fn() -> Value,
     /// The call, at its arrival: see the module's docs.
-    pub arrive: fn(&Rc<App>, &mut RunSession, &RawValue, CancelToken) -> ToolFuture,
+    pub arrive: fn(&Rc<App>, &mut RunSession, &RawValue, CancelToken) -> Arrived,
 }
 
 /// The run loop's tools, in the order surfaces list them (run_code and the verbs go between
@@ -152,13 +166,13 @@ fn refused(error: Value) -> ToolFuture {
     Box::pin(futures::future::ready(Err(error)))
 }
 
-fn arrive_next_context(app: &Rc<App>, s: &mut RunSession, args: &RawValue, _: CancelToken) -> ToolFuture {
+fn arrive_next_context(app: &Rc<App>, s: &mut RunSession, args: &RawValue, _: CancelToken) -> Arrived {
     let parsed: step::NextContextArgs = match verbs::parse_args(args) {
         Ok(a) => a,
-        Err(e) => return refused(e.to_json()),
+        Err(e) => return refused(e.to_json()).into(),
     };
     if parsed.step_budget == Some(0) {
-        return refused(VerbError::InvalidArgs("stepBudget must be at least 1".into()).to_json());
+        return refused(VerbError::InvalidArgs("stepBudget must be at least 1".into()).to_json()).into();
     }
     // The step after a finish starts the next run.
     if s.run.finished {
@@ -179,28 +193,30 @@ fn arrive_next_context(app: &Rc<App>, s: &mut RunSession, args: &RawValue, _: Ca
     save_run(app, s);
     let app = app.clone();
     let session = s.session.to_string();
-    Box::pin(async move {
+    let rest: ToolFuture = Box::pin(async move {
         step::next_context(&app, state, resumed, session).await.map(|v| ToolOutput::value(&v)).map_err(|e| e.to_json())
-    })
+    });
+    rest.into()
 }
 
-fn arrive_finish(app: &Rc<App>, s: &mut RunSession, args: &RawValue, _: CancelToken) -> ToolFuture {
+fn arrive_finish(app: &Rc<App>, s: &mut RunSession, args: &RawValue, _: CancelToken) -> Arrived {
     // Bad arguments change nothing: the run stays open.
     let parsed: step::FinishArgs = match verbs::parse_args(args) {
         Ok(a) => a,
-        Err(e) => return refused(e.to_json()),
+        Err(e) => return refused(e.to_json()).into(),
     };
     s.run.finished = true;
     let state = s.run.clone();
     save_run(app, s);
     let app = app.clone();
     let scope = s.scope().clone();
-    Box::pin(async move {
+    let rest: ToolFuture = Box::pin(async move {
         step::finish(&app, parsed, state, scope).await.map(|v| ToolOutput::value(&v)).map_err(|e| e.to_json())
-    })
+    });
+    rest.into()
 }
 
-fn arrive_run_code(app: &Rc<App>, s: &mut RunSession, args: &RawValue, cancel: CancelToken) -> ToolFuture {
+fn arrive_run_code(app: &Rc<App>, s: &mut RunSession, args: &RawValue, cancel: CancelToken) -> Arrived {
     // The read gate is judged in arrival order: a run_code sent before the skill read is
     // refused even if it would start after it.
     if !s.skill_read {
@@ -208,11 +224,12 @@ fn arrive_run_code(app: &Rc<App>, s: &mut RunSession, args: &RawValue, cancel: C
             "code": "skill_not_read",
             "message": "run_code is closed until this connection has read the gm skill: call resources/read with { \"uri\": \"skill://gm/SKILL.md\" } (ReadMcpResourceTool, server gm), then call run_code again.",
             "read": { "method": "resources/read", "params": { "uri": "skill://gm/SKILL.md" } },
-        }));
+        }))
+        .into();
     }
-    let (code, budget) = match body::parse_run_code(args) {
+    let parsed = match body::parse_run_code(args, &app.budget) {
         Ok(parsed) => parsed,
-        Err(e) => return refused(e.to_json()),
+        Err(e) => return refused(e.to_json()).into(),
     };
     s.next_body += 1;
     let number = s.next_body;
@@ -221,7 +238,9 @@ fn arrive_run_code(app: &Rc<App>, s: &mut RunSession, args: &RawValue, cancel: C
     let consent = s.consent.clone().map(|to| crate::trust::ask::Asker { to, call: s.arriving.clone() });
     // Child servers still starting are not waited for: a body's call to one of their tools
     // waits for that server alone (`Children::find_or_start`).
-    Box::pin(async move { body::run_code(&app, code, budget, number, cancel, scope, consent).await })
+    let max_result_bytes = Some(parsed.max_result_bytes);
+    let rest: ToolFuture = Box::pin(async move { body::run_code(&app, parsed, number, cancel, scope, consent).await });
+    Arrived { rest, max_result_bytes }
 }
 
 /// Sets the run's task (the `gm` prompt's `task` argument).
@@ -259,6 +278,15 @@ impl ToolOutput {
     pub fn value(value: &Value) -> Self {
         Self::json(raw(value))
     }
+}
+
+/// Keeps the whole of what a reply leaves out (a result, a body's console) in a new file under
+/// `<state_dir>/out/`, reached through no link; returns its path as the model names it to
+/// `read_file`: relative to the workspace.
+pub fn spill(state_dir: &Path, workspace: &Path, kind: &str, extension: &str, bytes: &[u8]) -> Result<String, String> {
+    let path = crate::verbs::out::unique_path(&state_dir.join("out"), kind, extension);
+    gm_actors::state_file::write_new(&path, bytes).map_err(|e| e.to_string())?;
+    Ok(path.strip_prefix(workspace).unwrap_or(&path).to_string_lossy().into_owned())
 }
 
 /// A JSON value as text; serializing a value cannot fail.

@@ -6,7 +6,9 @@
 //! (verbs are admitted inside `verbs::call`, run-loop tools here, in their pool), the call,
 //! progress notifications, the action event and the reply line.
 
+use std::path::Path;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Instant;
 
 use futures::FutureExt;
@@ -18,11 +20,12 @@ use serde_json::{json, Map, Value};
 
 use super::{surface, Later, Running, Server};
 use crate::app::{App, Conn};
+use crate::budget;
 use crate::js::millis;
 use crate::protocol::jsonrpc::{self, RpcError};
-use crate::protocol::mcp;
+use crate::protocol::mcp::{self, Fitted};
 use crate::run::{self, ToolFuture, ToolOutput};
-use crate::verbs::{self, Traits, VerbError};
+use crate::verbs::{self, Json, Traits, VerbError};
 
 /// The fields of a call's `action` event, written to the log without building a JSON value.
 #[derive(serde::Serialize)]
@@ -52,8 +55,8 @@ struct ActionFields<'a> {
 /// What a call runs, decided at its arrival.
 enum Work {
     Verb,
-    /// A run-loop tool's rest, and the pool whose slot it takes.
-    Loop(ToolFuture, gm_actors::scheduler::Pool),
+    /// A run-loop tool's rest, the pool whose slot it takes, and the reply budget it asked for.
+    Loop(ToolFuture, gm_actors::scheduler::Pool, Option<usize>),
 }
 
 impl Server {
@@ -78,7 +81,8 @@ impl Server {
         self.session.run.arriving.clone_from(&key);
         let work = match run::loop_tool(&call.name) {
             Some(tool) => {
-                Work::Loop((tool.arrive)(&self.app, &mut self.session.run, &call.args, cancel.clone()), tool.pool)
+                let arrived = (tool.arrive)(&self.app, &mut self.session.run, &call.args, cancel.clone());
+                Work::Loop(arrived.rest, tool.pool, arrived.max_result_bytes)
             }
             None => Work::Verb,
         };
@@ -101,6 +105,10 @@ async fn call_tool(
     scope: Scope,
 ) -> Option<String> {
     let mcp::ToolCall { id, name, args, meta, modern } = call;
+    let budget = match &work {
+        Work::Loop(_, _, Some(asked)) => *asked,
+        _ => app.budget.max_result_bytes,
+    };
     let started = Instant::now();
     let ticker = traits.progress.then(|| progress_ticker(&app, &conn, meta.as_ref())).flatten();
     let run = run_work(&app, &name, &args, work, cancel.clone(), &scope);
@@ -147,21 +155,119 @@ async fn call_tool(
     if was_cancelled {
         return None;
     }
-    let line = match outcome {
+    let reply = match outcome {
         Ok(ToolOutput { value, extra, .. }) => {
             let value = secrets.redact_json(value);
             let extra = extra.map(|t| secrets.redactor.redact(&t));
-            mcp::tool_result_line(&id, &value, false, &scope.run, extra.as_deref(), modern)
+            Reply { id, value, is_error: false, run: scope.run.clone(), extra, modern }
         }
         Err(mut error) => {
             secrets.redact_value(&mut error);
             // A JSON value always serializes; the fallback keeps the reply coming regardless.
             let value = serde_json::value::to_raw_value(&json!({ "error": error }))
                 .unwrap_or_else(|_| gm_actors::js_engine::null_json());
-            mcp::tool_result_line(&id, &value, true, &scope.run, None, modern)
+            Reply { id, value, is_error: true, run: scope.run.clone(), extra: None, modern }
         }
     };
-    Some(line)
+    Some(reply_line(&app, reply, budget).await)
+}
+
+/// A call's reply before it is written: the value (redacted) and the second text block.
+struct Reply {
+    id: Value,
+    value: Json,
+    is_error: bool,
+    run: Arc<str>,
+    extra: Option<String>,
+    modern: bool,
+}
+
+/// The reply line, kept to `budget` bytes of content (`crate::budget`): this is the one place
+/// every tool's reply passes, on every surface and transport. A reply that fits is written as
+/// it always was; a bigger one is fitted on a blocking thread, since cutting a 10 MB value and
+/// writing its spill file are milliseconds the arbiter's other calls must not wait.
+async fn reply_line(app: &App, reply: Reply, budget: usize) -> String {
+    if mcp::content_bytes(&reply.value, reply.extra.as_deref()) <= budget {
+        let Reply { id, value, is_error, run, extra, modern } = &reply;
+        return mcp::tool_result_line(id, value, *is_error, run, extra.as_deref(), *modern);
+    }
+    let (id, run, modern) = (reply.id.clone(), reply.run.clone(), reply.modern);
+    let (state_dir, workspace) = (app.ctx.state_dir.clone(), app.ctx.workspace.clone());
+    match tokio::task::spawn_blocking(move || fit(reply, budget, &state_dir, &workspace)).await {
+        Ok(line) => line,
+        Err(e) => {
+            // Never the whole value instead: a reply over its budget is what this prevents.
+            let error = json!({ "error": { "code": "internal", "message": format!("the reply could not be cut to its budget: {e}") } });
+            mcp::tool_result_line(&id, &run::raw(&error), true, &run, None, modern)
+        }
+    }
+}
+
+/// A reply over its budget, fitted. A successful object that fits once keeps it whole in
+/// `structuredContent`, the text block becoming a summary that points there (hosts that know
+/// structured content show the model that alone). Otherwise the whole value goes to a new file
+/// in `.gm/out/` and the reply carries it cut to what the budget leaves, with
+/// `cut: { bytes, spill }`: in `structuredContent` under a summary for a successful object; as
+/// both blocks for an error object (some hosts show only an error's text); as the text block,
+/// with the summary after it, for a value that is no object.
+fn fit(reply: Reply, budget: usize, state_dir: &Path, workspace: &Path) -> String {
+    let Reply { id, value, is_error, run, mut extra, modern } = reply;
+    let json = value.get().trim();
+    let object = json.starts_with('{');
+    // The console's text block (run_code's) takes a quarter at most: its lines are in the value.
+    if let Some(e) = &mut extra {
+        if e.len() > budget / 4 {
+            *e = budget::cut_text(e, budget / 4).into_owned();
+        }
+    }
+    let extra_len = extra.as_ref().map_or(0, String::len);
+    let (whole, limit) = (budget::grouped(json.len()), budget::grouped(budget));
+    if object && !is_error {
+        let summary = format!(
+            "The result ({whole} bytes of JSON) is in structuredContent only: this reply's budget of {limit} bytes does not hold it twice."
+        );
+        if json.len() + extra_len + summary.len() <= budget {
+            let fitted = Fitted { summary: Some(&summary), ..Fitted::default() };
+            return mcp::tool_result_line_fitted(&id, &value, false, &run, extra.as_deref(), modern, fitted);
+        }
+    }
+    let spill = run::spill(state_dir, workspace, "result", ".json", json.as_bytes());
+    let whole_is = match &spill {
+        Ok(path) => format!("the whole value is in {path} (cut.spill), which read_file reads"),
+        Err(e) => format!("the whole value could not be saved: {e}"),
+    };
+    let summary = |holder: &str| {
+        format!(
+            "The result ({whole} bytes of JSON) is over this reply's budget of {limit} bytes: {holder} holds it cut as valid JSON, the largest strings and arrays first, each cut marked …[cut N bytes] or …[cut N items]; {whole_is}."
+        )
+    };
+    let cut_info = |bytes: usize| {
+        let mut info = json!({ "bytes": bytes, "spill": spill.as_ref().ok() });
+        if let Err(e) = &spill {
+            info["spillError"] = json!(e);
+        }
+        info.to_string()
+    };
+    // An error object is written twice (the text block and structuredContent); every other
+    // value goes with the summary, counted at its longest.
+    let (copies, text) = if object && is_error { (2, 0) } else { (1, summary("the first text block").len()) };
+    let room = budget.saturating_sub(extra_len + text) / copies;
+    // Room for the `cut` member, counted with the most bytes it can say.
+    let reserve = if object { r#","cut":"#.len() + cut_info(json.len()).len() } else { 0 };
+    let cut = budget::cut_json(json, room.saturating_sub(reserve));
+    let info = cut_info(json.len().saturating_sub(cut.len()));
+    // What was cut is an object unless it could not be read as one (it is then its text).
+    let object = cut.starts_with('{');
+    let cut = if object { budget::with_member(&cut, "cut", &info).unwrap_or(cut) } else { cut };
+    // The cut always parses; were it not to, its text goes as a string rather than nothing.
+    let value = RawValue::from_string(cut).unwrap_or_else(|e| run::raw(&json!(e.to_string())));
+    let summary = summary(if object { "structuredContent" } else { "the first text block" });
+    let fitted = match (object, is_error) {
+        (true, false) => Fitted { summary: Some(&summary), note: None, cut: Some(&info) },
+        (true, true) => Fitted { summary: None, note: None, cut: Some(&info) },
+        (false, _) => Fitted { summary: None, note: Some(&summary), cut: Some(&info) },
+    };
+    mcp::tool_result_line_fitted(&id, &value, is_error, &run, extra.as_deref(), modern, fitted)
 }
 
 /// Runs a verb (admitted in `verbs::call`) or a run-loop tool's rest (admitted here).
@@ -178,7 +284,7 @@ async fn run_work(
             let called = verbs::call(app.ctx.for_call(cancel, Some(scope.clone())), name, args).await;
             (called.result.map(ToolOutput::json).map_err(|e| e.to_json()), called.in_flight, called.wrote_outside)
         }
-        Work::Loop(rest, pool) => {
+        Work::Loop(rest, pool, _) => {
             let permit = tokio::select! {
                 biased;
                 () = cancel.cancelled() => return (Err(VerbError::Cancelled.to_json()), 0, Vec::new()),

@@ -90,6 +90,11 @@ struct Session {
     states: HashMap<String, String>,
     /// Retries' id keys → the call they took over (a cancel may name either).
     aliases: HashMap<String, String>,
+    /// Resources the client subscribed to (`resources/subscribe`): it is sent
+    /// `notifications/resources/updated` when one changes. Only gm.d.ts changes while gm runs.
+    subscribed: std::collections::HashSet<String>,
+    /// The digest of gm.d.ts as this connection last saw it (read, subscribed or told of).
+    dts_digest: Option<String>,
 }
 
 #[derive(Clone)]
@@ -166,6 +171,8 @@ impl Server {
             routes: HashMap::new(),
             states: HashMap::new(),
             aliases: HashMap::new(),
+            subscribed: std::collections::HashSet::new(),
+            dts_digest: None,
         };
         Self { app, conn: Rc::new(conn), session, worker, stdio }
     }
@@ -387,16 +394,18 @@ impl Actor for Server {
     fn started(&mut self, ctx: &mut Context<Self>) {
         // Bodies of this session ask their user through it.
         self.session.run.consent = Some(ctx.address().recipient());
-        // run_code's description names the child servers' tools and those still starting:
-        // when that changes, the host is told to list the tools again.
-        if self.conn.surface == surface::Surface::Code {
-            let changes = self.app.ctx.children.offered_changes();
-            let stream = futures::stream::unfold(changes, |mut rx| async move {
-                rx.changed().await.ok()?;
-                Some((ToolsChanged, rx))
-            });
-            ctx.add_stream(stream);
-        }
+        // gm.d.ts declares the worker's child tools (the worker has one set, shared by every
+        // session: the first session's call settles it).
+        self.app.ctx.skills.declare_tools_of(&self.app.ctx.children);
+        // run_code's description names the child servers' tools and those still starting, and
+        // gm.d.ts declares their tools: when that changes, the host is told to list the tools
+        // again (on the code surface) and, if it subscribed, that gm.d.ts changed.
+        let changes = self.app.ctx.children.offered_changes();
+        let stream = futures::stream::unfold(changes, |mut rx| async move {
+            rx.changed().await.ok()?;
+            Some((ToolsChanged, rx))
+        });
+        ctx.add_stream(stream);
     }
 }
 
@@ -408,9 +417,13 @@ impl StreamHandler<ToolsChanged> for Server {
         // Before initialize the host has not listed anything; after the end nobody listens; a
         // stateless client is sent nothing it did not ask for (tools/list says ttlMs 0), and a
         // connection that also initialized hears of changes as its handshake says.
-        if self.session.protocol.is_some() && self.session.ending.is_none() {
+        if self.session.protocol.is_none() || self.session.ending.is_some() {
+            return;
+        }
+        if self.conn.surface == surface::Surface::Code {
             self.send(json!({ "jsonrpc": "2.0", "method": "notifications/tools/list_changed" }));
         }
+        self.declarations_changed();
     }
 
     // The stream ends with the worker's Children: the session goes on.
@@ -418,6 +431,24 @@ impl StreamHandler<ToolsChanged> for Server {
 }
 
 impl Server {
+    /// Tells a client subscribed to gm.d.ts that it changed, when it did (a server still
+    /// starting, or one that failed, moves the watch without changing a declaration).
+    fn declarations_changed(&mut self) {
+        if !self.session.subscribed.contains(crate::dts::URI) {
+            return;
+        }
+        let digest = crate::skills::digest(self.app.ctx.skills.declarations().as_bytes());
+        if self.session.dts_digest.as_ref() == Some(&digest) {
+            return;
+        }
+        self.session.dts_digest = Some(digest);
+        self.send(json!({
+            "jsonrpc": "2.0",
+            "method": "notifications/resources/updated",
+            "params": { "uri": crate::dts::URI },
+        }));
+    }
+
     /// A client's answer to a question gm asked.
     fn on_response(&mut self, id: &Value, result: Option<&Value>) {
         let Some(key) = id.as_str() else { return };

@@ -9,7 +9,7 @@ use super::{surface, Later, Server};
 use crate::protocol::jsonrpc::{self, RpcError};
 use crate::protocol::mcp;
 use crate::server::surface::Surface;
-use crate::skills;
+use crate::{dts, skills};
 
 /// The prompts gm serves: each skill, with the `gm` skill taking the run's task.
 const PROMPTS: &[(&str, &str, &str, &str)] = &[
@@ -89,6 +89,22 @@ impl Server {
             }
             "resources/templates/list" => ok(&mcp::ListResourceTemplatesResult { resource_templates: Vec::new() }),
             "resources/read" => self.read_resource(&params),
+            "resources/subscribe" => {
+                // Any URI may be subscribed to (the spec asks no more); only gm.d.ts changes
+                // while gm runs, when child servers' tools come or go (`Server`'s
+                // ToolsChanged). Its digest now is what a change is told against.
+                let uri = str_param(&params, "uri")?;
+                if uri == dts::URI {
+                    self.session.dts_digest = Some(skills::digest(self.app.ctx.skills.declarations().as_bytes()));
+                }
+                self.session.subscribed.insert(uri.to_owned());
+                Ok(json!({}))
+            }
+            "resources/unsubscribe" => {
+                let uri = str_param(&params, "uri")?;
+                self.session.subscribed.remove(uri);
+                Ok(json!({}))
+            }
             "prompts/list" => ok(&mcp::ListPromptsResult { prompts: PROMPTS.iter().map(prompt).collect() }),
             "prompts/get" => self.get_prompt(&params),
             "skills/list" => {
@@ -126,9 +142,13 @@ impl Server {
             // run_code is open now: have its engines warm by the time it is called.
             self.app.js.start();
         }
+        if uri == dts::URI {
+            // What this connection has seen: a later change is told against it.
+            self.session.dts_digest = Some(skills::digest(text.as_bytes()));
+        }
         self.log("skill-read", json!({ "uri": uri, "bytes": text.len() }));
         ok(&mcp::ReadResourceResult {
-            contents: vec![mcp::TextResourceContents { uri: uri.to_owned(), mime_type: "text/markdown", text }],
+            contents: vec![mcp::TextResourceContents { uri: uri.to_owned(), mime_type: mime_type(uri), text }],
         })
     }
 
@@ -157,13 +177,26 @@ fn ok<T: Serialize>(result: &T) -> Result<Value, RpcError> {
 }
 
 fn resource(f: skills::SkillFile) -> mcp::Resource {
+    let description = match f.uri.as_str() {
+        dts::URI => Some(dts::DESCRIPTION.to_owned()),
+        _ => f.description,
+    };
     mcp::Resource {
         name: f.name.unwrap_or_else(|| format!("{}/{}", f.skill, f.file)),
-        description: f.description,
+        description,
+        mime_type: mime_type(&f.uri),
         uri: f.uri,
-        mime_type: "text/markdown",
         size: f.size,
         meta: mcp::ResourceMeta { digest: f.digest },
+    }
+}
+
+/// The skill files are markdown, but for the generated declarations.
+fn mime_type(uri: &str) -> &'static str {
+    if uri == dts::URI {
+        dts::MIME_TYPE
+    } else {
+        "text/markdown"
     }
 }
 

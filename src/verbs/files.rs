@@ -16,7 +16,7 @@ use super::{Ctx, VerbError};
 /// Lines in one page of read_file unless `limit` says otherwise.
 pub const DEFAULT_PAGE_LINES: usize = 2000;
 /// Bytes in one page of read_file at most; a page stops early rather than exceed it.
-pub const MAX_PAGE_BYTES: usize = 256 * 1024;
+pub const MAX_PAGE_BYTES: usize = 64 * 1024;
 const DEFAULT_LIST_LIMIT: usize = 200;
 const MAX_LIST_LIMIT: usize = 10_000;
 
@@ -315,7 +315,7 @@ fn is_zero(n: &usize) -> bool {
 }
 
 /// Bytes of an edit's diff kept inline; past this the whole diff is saved to `.gm/out/`.
-const INLINE_DIFF: usize = 256 * 1024;
+const INLINE_DIFF: usize = 32 * 1024;
 
 pub async fn edit_file(ctx: Ctx, args: EditFileArgs) -> Result<EditFileReply, VerbError> {
     if args.old.is_empty() {

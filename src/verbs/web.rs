@@ -14,7 +14,7 @@ const MAX_REDIRECTS: usize = 20;
 const DEFAULT_TIMEOUT_MS: u64 = 30_000;
 const MAX_TIMEOUT_MS: u64 = 600_000;
 /// Text bodies up to this size come back inline.
-const INLINE_BODY: usize = 256 * 1024;
+const INLINE_BODY: usize = 32 * 1024;
 /// A body larger than this is refused (the download stops there).
 const MAX_BODY: u64 = 1 << 30;
 
