@@ -309,6 +309,7 @@ fn main() -> ExitCode {
             max_inflight: sub.get_one::<usize>("max-inflight").copied().unwrap_or(DEFAULT_MAX_INFLIGHT),
             mcp_config: sub.get_one::<PathBuf>("mcp-config").cloned(),
             sandbox: sandbox.clone(),
+            budget,
         };
         if let (None, Some(addr)) = (worker, sub.get_one::<String>("http")) {
             let code = gm::http::run(gm::http::HttpOptions {

@@ -268,6 +268,7 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
             max_inflight: opts.max_inflight,
             mcp_config: opts.mcp_config.clone(),
             sandbox: opts.sandbox.clone(),
+            max_result_bytes: Some(opts.budget.max_result_bytes),
         };
         let spec = WorkerSpec {
             files: files.clone(),

@@ -584,14 +584,15 @@ fn a_session_whose_options_the_shared_worker_cannot_apply_is_told_which_and_why(
     let config = tempfile::NamedTempFile::new().expect("config");
     std::fs::write(config.path(), r#"{"mcpServers":{}}"#).expect("write");
     let named = config.path().to_str().expect("utf-8");
-    let (_dir, ws, a, mut b) = two_sessions(&["--max-inflight", "3", "--mcp-config", named]);
+    let (_dir, ws, a, mut b) =
+        two_sessions(&["--max-inflight", "3", "--mcp-config", named, "--max-result-bytes", "90000"]);
     let sessions = b.events_of("session");
     let opened = sessions.last().expect("b's session event");
     let options: Vec<&str> =
         opened["notInForce"].as_array().expect("notInForce").iter().filter_map(|n| n["option"].as_str()).collect();
-    assert_eq!(options, ["--max-inflight", "--mcp-config"], "{opened}");
+    assert_eq!(options, ["--max-inflight", "--max-result-bytes", "--mcp-config"], "{opened}");
     assert_eq!(opened["notInForce"][0]["asked"], 3);
-    assert!(opened["notInForce"][1]["why"].as_str().is_some_and(|w| w.contains("shared by every session")));
+    assert!(opened["notInForce"][2]["why"].as_str().is_some_and(|w| w.contains("shared by every session")));
     let status = gm_status(&ws);
     let listed = status["status"]["sessions"].as_array().expect("sessions");
     assert_eq!(listed.iter().filter(|s| s["notInForce"].is_array()).count(), 1, "only b's: {status}");

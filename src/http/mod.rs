@@ -338,6 +338,7 @@ async fn serve(
             max_inflight: s.max_inflight,
             mcp_config: s.mcp_config.clone().map(|p| std::path::absolute(&p).unwrap_or(p)),
             sandbox: s.sandbox.clone(),
+            max_result_bytes: Some(s.budget.max_result_bytes),
         },
         notes: Vec::new(),
         stateless: false,

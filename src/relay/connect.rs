@@ -386,7 +386,12 @@ mod tests {
             page_size: 200,
             step_budget: 10,
             max_line_bytes: 1 << 20,
-            worker: WorkerSettings { max_inflight: 4, mcp_config: None, sandbox: Default::default() },
+            worker: WorkerSettings {
+                max_inflight: 4,
+                mcp_config: None,
+                sandbox: Default::default(),
+                max_result_bytes: None,
+            },
             notes: Vec::new(),
             stateless: false,
             pipes: true,

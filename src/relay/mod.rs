@@ -82,6 +82,8 @@ pub struct RelayOptions {
     pub mcp_config: Option<PathBuf>,
     /// The box chosen by the flags and `~/.gmnew/config.json` (the worker applies its own).
     pub sandbox: crate::sandbox_config::SandboxSettings,
+    /// The reply budget (the worker applies its own).
+    pub budget: crate::budget::Limits,
 }
 
 /// Runs the relay until the host closes stdin (or a signal ends it); returns the exit code.
@@ -288,6 +290,7 @@ impl Relay {
                 // The worker resolves it against the relay's folder: give it whole.
                 mcp_config: opts.mcp_config.map(|p| std::path::absolute(&p).unwrap_or(p)),
                 sandbox: opts.sandbox,
+                max_result_bytes: Some(opts.budget.max_result_bytes),
             },
             notes: Vec::new(),
             stateless: false,
@@ -952,6 +955,7 @@ mod tests {
             max_inflight: 8,
             mcp_config: None,
             sandbox: Default::default(),
+            budget: Default::default(),
         };
         Arc::new(Relay::new(opts, dir.to_owned()))
     }

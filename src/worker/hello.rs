@@ -86,6 +86,9 @@ pub struct WorkerSettings {
     /// The box the relay's flags and the user's config chose (absent from an older relay: off).
     #[serde(default)]
     pub sandbox: crate::sandbox_config::SandboxSettings,
+    /// The reply budget the relay was given (absent from an older relay: not compared).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_result_bytes: Option<usize>,
 }
 
 /// The worker's answer to a hello.

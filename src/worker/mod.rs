@@ -279,6 +279,15 @@ impl Worker {
                       session started it with (stop the worker to start one with this limit)",
             });
         }
+        if asked.max_result_bytes.is_some() && asked.max_result_bytes != mine.max_result_bytes {
+            out.push(NotInForce {
+                option: "--max-result-bytes",
+                asked: json!(asked.max_result_bytes),
+                in_force: json!(mine.max_result_bytes),
+                why: "replies of every session are cut by the workspace worker's budget, the one its first session \
+                      started it with; a run_code call can still ask for another with maxResultBytes",
+            });
+        }
         if asked.sandbox != mine.sandbox {
             out.push(NotInForce {
                 option: "--sandbox",
