@@ -218,8 +218,19 @@ impl Children {
         if self.launcher.is_none() {
             return;
         }
-        for p in &config.problems {
-            self.log("mcp-config", json!({ "file": p.file, "problem": p.why }));
+        // A shipped defaults file that is not found is said at start and stands in built in;
+        // any other problem is a file that did not read.
+        let unread: Vec<_> = config.problems.iter().filter(|p| !p.why.starts_with("not found")).collect();
+        if !unread.is_empty() {
+            // A file caught half-edited (or with a typo) must not stop the servers it named:
+            // the last good config stays in force until the file reads again.
+            for p in unread {
+                self.log(
+                    "mcp-config",
+                    json!({ "file": p.file, "problem": p.why, "kept": "the last config that read" }),
+                );
+            }
+            return;
         }
         let wanted: HashMap<String, Named> = config.servers.iter().map(|n| (n.name.clone(), n.clone())).collect();
         let before = std::mem::replace(&mut *lock(&self.applied), wanted.clone());

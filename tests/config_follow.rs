@@ -98,6 +98,14 @@ fn a_server_added_while_a_session_is_connected_starts_once_approved_and_a_remove
     let first: i32 = std::fs::read_to_string(ws.join("late.pid")).expect("pid").trim().parse().expect("a pid");
     assert!(alive(first));
 
+    // A half-written or broken file changes nothing: the running server stays.
+    std::fs::write(ws.join(".gm/mcp.json"), "{ \"mcpServers\": { \"late\": ").expect("write");
+    wait_for("the problem to be logged", Duration::from_secs(5), || {
+        gm.events_of("mcp-config").iter().any(|e| e["kept"].is_string()).then_some(())
+    });
+    assert!(alive(first), "a broken config stopped a running server");
+    assert!(!late_events(&mut gm).iter().any(|e| e["state"] == "removed"));
+
     // Changed: the old process ends, and the new form waits for approval again.
     configure(&ws, Some("two"));
     wait_for("the changed entry to be stopped", Duration::from_secs(5), || {

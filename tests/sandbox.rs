@@ -282,3 +282,73 @@ fn a_git_directory_made_after_the_start_is_protected_before_the_next_shell() {
     assert_eq!(shell(&mut gm, "touch after-git"), 0);
     common::shut_down(gm);
 }
+
+#[test]
+fn many_confined_shells_and_jobs_at_once_all_run_in_the_box() {
+    // Repetition: shells (which run alone) and jobs (which do not) started together, each
+    // joining the keeper's namespaces; every one confined, none failing to start.
+    let b = Boxed::new();
+    let mut gm = b.serve(&["--sandbox", "workspace-write"]);
+    let home = b.home.display().to_string();
+    let r = gm.js(&format!(
+        "const shells = [];
+         for (let i = 0; i < 30; i++) shells.push(gm.run_shell({{ command: `touch in-ws-${{i}}; touch {home}/out-${{i}}` }}));
+         const jobs = [];
+         for (let i = 0; i < 10; i++) jobs.push(gm.job_start({{ name: `j${{i}}`, command: `touch {home}/job-${{i}}; touch job-ws-${{i}}` }}));
+         const ran = await Promise.all(shells);
+         await Promise.all(jobs);
+         for (let i = 0; i < 10; i++) {{
+           for (let k = 0; k < 100; k++) {{
+             const s = await gm.job_status({{ name: `j${{i}}`, wait: 100 }});
+             if (s.state !== 'running') break;
+           }}
+         }}
+         return ran.map(s => s.exitCode);"
+    ));
+    assert_eq!(r.as_array().map(Vec::len), Some(30), "{r}");
+    assert!(r.as_array().into_iter().flatten().all(|c| c != 0), "each shell's write to HOME failed: {r}");
+    for i in 0..30 {
+        assert!(b.ws.join(format!("in-ws-{i}")).exists(), "shell {i} did not run");
+        assert!(!b.home.join(format!("out-{i}")).exists(), "shell {i} wrote outside the box");
+    }
+    for i in 0..10 {
+        assert!(b.ws.join(format!("job-ws-{i}")).exists(), "job {i} did not run");
+        assert!(!b.home.join(format!("job-{i}")).exists(), "job {i} wrote outside the box");
+    }
+    common::shut_down(gm);
+}
+
+#[test]
+fn a_bad_sandbox_setting_in_the_users_config_stops_gm_naming_the_file_and_a_bad_flag_is_refused() {
+    let b = Boxed::new();
+    std::fs::create_dir_all(b.home.join(".gmnew")).expect("mkdir");
+    let config = b.home.join(".gmnew/config.json");
+    std::fs::write(&config, r#"{"sandbox":{"mode":"danger-full-access"}}"#).expect("write");
+    let out = common::gm_command()
+        .args(["serve"])
+        .current_dir(&b.ws)
+        .env("HOME", &b.home)
+        .stdin(Stdio::null())
+        .output()
+        .expect("gm serve");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("config.json") && stderr.contains("danger-full-access"), "{stderr}");
+    assert!(!b.ws.join(".gm/log.jsonl").exists(), "nothing started");
+    let out = common::gm_command()
+        .args(["serve", "--sandbox", "everything"])
+        .current_dir(&b.ws)
+        .stdin(Stdio::null())
+        .output()
+        .expect("gm serve");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("workspace-write"), "the choices are named");
+    // The helper, given no policy it can read, says so and runs nothing.
+    let out = common::gm_command()
+        .args(["__sandbox", "{not json", "--", "touch", "x"])
+        .current_dir(&b.ws)
+        .output()
+        .expect("helper");
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!b.ws.join("x").exists());
+}
