@@ -169,6 +169,18 @@ pub fn describe(confine: Option<&gm_actors::sandbox::Confinement>) -> Option<ser
     }))
 }
 
+/// The box in a few words, for a failed confined shell's result: the mode, what it may write
+/// and the network.
+pub fn brief(confine: Option<&gm_actors::sandbox::Confinement>) -> Option<serde_json::Value> {
+    let policy = confine?.policy();
+    Some(serde_json::json!({
+        "mode": policy.mode.as_str(),
+        "writable": policy.writable,
+        "network": if policy.network { "on" } else { "off" },
+        "note": "a write outside `writable` fails in this box; ask the user to widen it rather than working around it",
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

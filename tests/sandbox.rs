@@ -85,6 +85,14 @@ fn workspace_write_lets_a_shell_write_the_workspace_and_its_temporary_folder_and
         assert_ne!(shell(&mut gm, refused), 0, "{refused} went through");
     }
     assert!(b.ws.join("in-workspace").exists() && b.tmp.join("in-tmp").exists());
+    // A failed confined shell names its box next to the error; a shell that worked does not.
+    let failed = gm.js("return await gm.run_shell({ command: 'touch \"$HOME/again\"' })");
+    assert_eq!(failed["sandbox"]["mode"], "workspace-write", "{failed}");
+    let writable = failed["sandbox"]["writable"].as_array().expect("writable").clone();
+    assert!(writable.iter().any(|w| w.as_str() == b.ws.to_str()), "{failed}");
+    assert!(failed["stderr"].as_str().is_some_and(|e| e.contains("Permission denied")), "{failed}");
+    let worked = gm.js("return await gm.run_shell({ command: 'true' })");
+    assert!(worked.get("sandbox").is_none(), "{worked}");
     for absent in
         [b.root.join("in-parent"), b.home.join("in-home"), b.ws.join(".gm/in-gm"), b.ws.join(".git/hooks/pre-commit")]
     {
@@ -235,6 +243,8 @@ fn sandbox_off_lets_everything_through() {
     let home_file = b.home.join("x").display().to_string();
     gm.js(&format!("return await gm.write_file({{ path: {}, content: 'x' }})", json!(home_file)));
     assert_eq!(reaches_loopback(&mut gm), (true, true));
+    let failed = gm.js("return await gm.run_shell({ command: 'exit 3' })");
+    assert!(failed.get("sandbox").is_none(), "no box to name: {failed}");
     common::shut_down(gm);
 }
 
@@ -351,4 +361,93 @@ fn a_bad_sandbox_setting_in_the_users_config_stops_gm_naming_the_file_and_a_bad_
         .expect("helper");
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(!b.ws.join("x").exists());
+}
+
+/// Runs `cmd` with a seccomp filter that answers `ENOSYS` to the syscalls in `deny`, as a
+/// kernel built without them would (the filter is inherited by the relay, its worker and
+/// every process they start).
+fn without_syscalls(cmd: &mut std::process::Command, deny: &'static [u32]) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: between fork and exec the closure only calls prctl with a filter built before the
+    // fork's copy of memory; it allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            const LD_W_ABS: u16 = 0x20;
+            const JEQ_K: u16 = 0x15;
+            const RET_K: u16 = 0x06;
+            const ARCH_X86_64: u32 = 0xC000_003E;
+            const ALLOW: u32 = 0x7fff_0000;
+            const ERRNO: u32 = 0x0005_0000;
+            let mut prog = [libc::sock_filter { code: 0, jt: 0, jf: 0, k: 0 }; 16];
+            let mut n = 0;
+            let mut push = |code: u16, jt: u8, jf: u8, k: u32| {
+                prog[n] = libc::sock_filter { code, jt, jf, k };
+                n += 1;
+            };
+            push(LD_W_ABS, 0, 0, 4); // seccomp_data.arch
+            push(JEQ_K, 1, 0, ARCH_X86_64);
+            push(RET_K, 0, 0, ALLOW);
+            push(LD_W_ABS, 0, 0, 0); // seccomp_data.nr
+            for (i, nr) in deny.iter().enumerate() {
+                // Equal: jump to the ERRNO return after the remaining tests and the ALLOW.
+                let to_errno = (deny.len() - i) as u8;
+                push(JEQ_K, to_errno, 0, *nr);
+            }
+            push(RET_K, 0, 0, ALLOW);
+            push(RET_K, 0, 0, ERRNO | libc::ENOSYS as u32);
+            let fprog = libc::sock_fprog { len: n as u16, filter: prog.as_mut_ptr() };
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                || libc::prctl(libc::PR_SET_SECCOMP, 2 /* SECCOMP_MODE_FILTER */, &fprog as *const _) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+#[test]
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+fn a_kernel_without_landlock_makes_a_box_refuse_to_start_and_never_runs_unconfined() {
+    const LANDLOCK: &[u32] = &[444, 445, 446]; // create_ruleset, add_rule, restrict_self
+    let b = Boxed::new();
+    for mode in ["workspace-write", "read-only"] {
+        let mut cmd = common::gm_command();
+        cmd.args(["serve", "--sandbox", mode])
+            .current_dir(&b.ws)
+            .env("HOME", &b.home)
+            .env("TMPDIR", &b.tmp)
+            .stdin(Stdio::null());
+        without_syscalls(&mut cmd, LANDLOCK);
+        let out = cmd.output().expect("gm serve");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{mode}: gm must not start unconfined: {stderr}");
+        assert!(stderr.contains("cannot confine") && stderr.contains("Landlock"), "{mode}: {stderr}");
+        assert!(!b.ws.join(".gm/log.jsonl").exists(), "{mode}: nothing started");
+    }
+    // The same kernel with the box off serves as always.
+    let mut cmd = common::gm_command();
+    cmd.args(["serve", "--sandbox", "off"])
+        .current_dir(&b.ws)
+        .env("HOME", &b.home)
+        .env("TMPDIR", &b.tmp)
+        .env("GM_DEFAULTS_DIR", common::no_child_servers())
+        .env("GM_WORKER_IDLE_MS", "500")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    without_syscalls(&mut cmd, LANDLOCK);
+    let mut child = cmd.spawn().expect("gm serve");
+    let mut stdin = child.stdin.take().expect("stdin");
+    use std::io::{BufRead, Write};
+    writeln!(
+        stdin,
+        r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{{"protocolVersion":"2025-06-18","capabilities":{{}},"clientInfo":{{"name":"t","version":"0"}}}}}}"#
+    )
+    .expect("write");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("read");
+    assert!(line.contains("\"result\""), "{line}");
+    drop(stdin);
+    let _ = child.wait();
 }

@@ -54,6 +54,12 @@ pub struct RunShellReply {
     pub stdout_file: Option<PathBuf>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stderr_file: Option<PathBuf>,
+    /// The box the shell ran in, named on a failed confined shell, so that a permission or
+    /// read-only error is read next to what the box allows. No `denied` list: the kernel
+    /// reports Landlock denials only to the audit log, which an unprivileged gm cannot read,
+    /// and guessing paths from the tools' messages would be a guess.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<serde_json::Value>,
 }
 
 fn timeout(ms: Option<u64>, default: u64) -> Result<Duration, VerbError> {
@@ -120,7 +126,10 @@ pub async fn run_shell(ctx: Ctx, args: RunShellArgs) -> Result<RunShellReply, Ve
         return Err(VerbError::Cancelled);
     }
     let (stdout, stderr) = (out.stdout, out.stderr);
+    let failed = out.exit_code != Some(0) && !out.timed_out;
+    let sandbox = if failed { crate::sandbox_config::brief(ctx.sandbox.as_deref()) } else { None };
     Ok(RunShellReply {
+        sandbox,
         exit_code: out.exit_code,
         signal: out.signal,
         timed_out: out.timed_out,
