@@ -529,29 +529,32 @@ fn main() {
     record("node -e 0 p50 (µs)", format!("{node_e:.0}"), json!(node_e));
     record("node -e 0 / run_code p50", format!("{:.0}x", node_e / r.p50_us), json!(node_e / r.p50_us));
 
-    // (5) run_shell `true` against spawning `bash -c true` directly.
+    // (5) run_shell `true` against spawning `bash -c true` directly, interleaved call by call
+    // (one run_shell, one bash, …) so that the VM's drift during a run touches both alike; the
+    // overhead is the median of the paired differences. bash by its path, as gm spawns it (by
+    // name, every PATH entry before it is a failed execve).
     let (shell_ws, _) = workspace_copy(&file, "shell");
     let mut s = Server::spawn_env(&gm_tools_in(&shell_ws), &gm_env);
     s.initialize();
+    let bash_path = which("bash");
+    let paired = shell_vs_bash(&mut s, &bash_path, (seq / 5).max(100));
     let sh =
         measure_calls(&mut s, "run_shell", &json!({ "command": "true" }), (seq / 10).max(50), (par / 20).max(50), 8);
     drop(s);
-    let bash = measure_exec(&["bash", "-c", "true"], 50);
-    // The same bash by its path, as gm spawns it (by name, every PATH entry before it is a
-    // failed execve).
-    let bash_path = which("bash");
-    let bash_abs = measure_exec(&[bash_path.as_str(), "-c", "true"], 50);
     record(
         "gm run_shell `true` p50 / p99 (µs)",
         format!("{:.0} / {:.0}", sh.p50_us, sh.p99_us),
         json!([sh.p50_us, sh.p99_us]),
     );
-    record("bash -c true p50 (µs)", format!("{bash:.0}"), json!(bash));
-    record(&format!("{bash_path} -c true p50 (µs)"), format!("{bash_abs:.0}"), json!(bash_abs));
     record(
-        "run_shell overhead over bash -c, by path (µs)",
-        format!("{:.0}", sh.p50_us - bash_abs),
-        json!(sh.p50_us - bash_abs),
+        &format!("interleaved: run_shell p50 / {bash_path} -c true p50 (µs)"),
+        format!("{:.0} / {:.0}", paired.shell_p50, paired.bash_p50),
+        json!([paired.shell_p50, paired.bash_p50]),
+    );
+    record(
+        "run_shell overhead over bash -c, median of paired differences (µs)",
+        format!("{:.0}", paired.overhead_p50),
+        json!(paired.overhead_p50),
     );
 
     // (3) spawn to initialize reply, each in a new workspace (a worker starts each time), and
@@ -684,8 +687,9 @@ fn sandbox(args: &[String]) {
             }
         }
     }
-    drop(servers);
     let bash_path = which("bash");
+    let paired = shell_vs_bash(&mut servers[0], &bash_path, n);
+    drop(servers);
     let bash = measure_exec(&[bash_path.as_str(), "-c", "true"], n.min(200));
     println!("| run_shell `true` | p50 (µs) | p99 (µs) | p50 over unconfined (µs) |\n|---|---|---|---|");
     let mut base = 0.0;
@@ -700,6 +704,45 @@ fn sandbox(args: &[String]) {
         println!("{}", json!({ "measure": format!("run_shell true, {name}"), "p50": p50, "p99": p99 }));
     }
     println!("| {bash_path} -c true (spawned directly) | {bash:.0} | | |");
+    println!(
+        "\nunconfined, interleaved with {bash_path} -c true call by call: run_shell p50 {:.0} µs, bash p50 {:.0} µs, \
+         overhead (median of paired differences) {:.0} µs",
+        paired.shell_p50, paired.bash_p50, paired.overhead_p50
+    );
+    println!("{}", json!({ "measure": "run_shell overhead over bash -c, paired", "p50": paired.overhead_p50 }));
+}
+
+/// run_shell `true` and `bash -c true` (spawned here, by `bash`'s path) taken in turns.
+struct Paired {
+    shell_p50: f64,
+    bash_p50: f64,
+    /// The median of (run_shell − bash) over the pairs.
+    overhead_p50: f64,
+}
+
+fn shell_vs_bash(server: &mut Server, bash: &str, n: usize) -> Paired {
+    let params = json!({ "name": "run_shell", "arguments": { "command": "true" } });
+    for _ in 0..20 {
+        server.request("tools/call", params.clone());
+    }
+    let (mut shell, mut direct, mut diff) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..n {
+        let t = Instant::now();
+        let r = server.request("tools/call", params.clone());
+        let a = t.elapsed().as_secs_f64() * 1e6;
+        assert_ne!(r["result"]["isError"], true, "run_shell failed: {r}");
+        let t = Instant::now();
+        let status = Command::new(bash).args(["-c", "true"]).stdout(Stdio::null()).status().expect("bash");
+        let b = t.elapsed().as_secs_f64() * 1e6;
+        assert!(status.success());
+        shell.push(a);
+        direct.push(b);
+        diff.push(a - b);
+    }
+    for v in [&mut shell, &mut direct, &mut diff] {
+        v.sort_by(|a, b| a.total_cmp(b));
+    }
+    Paired { shell_p50: percentile(&shell, 0.5), bash_p50: percentile(&direct, 0.5), overhead_p50: percentile(&diff, 0.5) }
 }
 
 /// The first `name` on PATH, as gm resolves its shell.
