@@ -742,7 +742,11 @@ fn shell_vs_bash(server: &mut Server, bash: &str, n: usize) -> Paired {
     for v in [&mut shell, &mut direct, &mut diff] {
         v.sort_by(|a, b| a.total_cmp(b));
     }
-    Paired { shell_p50: percentile(&shell, 0.5), bash_p50: percentile(&direct, 0.5), overhead_p50: percentile(&diff, 0.5) }
+    Paired {
+        shell_p50: percentile(&shell, 0.5),
+        bash_p50: percentile(&direct, 0.5),
+        overhead_p50: percentile(&diff, 0.5),
+    }
 }
 
 /// The first `name` on PATH, as gm resolves its shell.
