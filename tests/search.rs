@@ -26,8 +26,7 @@ fn write(dir: &Path, rel: &str, text: &[u8]) {
 
 /// gm serving the tools surface in `dir`, initialized.
 fn serve(dir: &Path) -> Gm {
-    // Rescans every 100 ms instead of 2 s, so a test of a change made outside gm waits little.
-    let mut gm = Gm::start_in(dir, &["--surface", "tools"], &[("GM_RESCAN_MS", "100")]);
+    let mut gm = Gm::start_in(dir, &["--surface", "tools"], &[]);
     gm.initialize("2025-11-25");
     gm
 }

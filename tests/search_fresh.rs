@@ -124,21 +124,13 @@ fn git_add_of_a_new_file_and_a_deletion_are_reflected_at_once() {
 }
 
 #[test]
-fn without_a_watcher_search_says_it_rescans_and_still_sees_changes_after_a_rescan() {
-    let (dir, mut gm) = repo(&["--surface", "tools"], &[("GM_WATCH", "0"), ("GM_RESCAN_MS", "1")]);
+fn without_a_watcher_search_says_it_rescans_and_sees_a_change_at_once() {
+    let (dir, mut gm) = repo(&["--surface", "tools"], &[("GM_WATCH", "0")]);
     let r = gm.call_ok("search", json!({ "query": "old word" }));
     assert_eq!(r["fresh"], "rescan");
     write(dir.path(), "src/alpha.rs", "fn alpha() {\n    let rescanned = 1;\n}\n");
-    // A rescan runs in the background after a search finds the last one old: ask until it lands.
-    let mut found = Vec::new();
-    for _ in 0..200 {
-        found = hits(&gm.call_ok("search", json!({ "query": "rescanned" })));
-        if !found.is_empty() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    assert_eq!(found, ["src/alpha.rs:2"]);
+    let found = hits(&gm.call_ok("search", json!({ "query": "rescanned" })));
+    assert_eq!(found, ["src/alpha.rs:2"], "checked before the answer, not in the background");
     let events = gm.events_of("watch");
     assert!(events.is_empty(), "a watcher turned off by the user is not an event: {events:?}");
 }

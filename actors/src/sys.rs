@@ -476,6 +476,9 @@ pub struct FileStat {
     pub is_file: bool,
     /// See [`is_executable`].
     pub executable: bool,
+    /// The inode (0 where the OS has none): a file replaced by another of the same size and
+    /// mtime (`rsync -a`, `cp -p`, a rename over it) still differs here.
+    pub ino: u64,
 }
 
 impl FileStat {
@@ -486,7 +489,21 @@ impl FileStat {
             mtime_ns: since_epoch.map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
             is_file: meta.is_file(),
             executable: is_executable(meta),
+            ino: inode(meta),
         }
+    }
+}
+
+/// A file's inode number; 0 where the OS has none.
+pub fn inode(meta: &std::fs::Metadata) -> u64 {
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::MetadataExt::ino(meta)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = meta;
+        0
     }
 }
 
@@ -530,6 +547,7 @@ pub fn stat_names(dir: &std::path::Path, names: &[&std::ffi::OsStr]) -> Vec<Opti
                     mtime_ns,
                     is_file: st.st_mode & libc::S_IFMT == libc::S_IFREG,
                     executable: st.st_mode & 0o111 != 0,
+                    ino: st.st_ino,
                 })
             })
             .collect()

@@ -6,11 +6,11 @@
 //! changed them, and a search reads a few changed files as they are now, scored with this
 //! index's statistics ([`LineIndex::search_with_pending`], reindexed after the reply), reindexes
 //! more of them first ([`LineIndex::update_dirty`]), or scans the tracked set again when git's
-//! index moved. Without a watcher, a search answers from the
-//! index it has and, when the last scan is older than [`RESCAN_MIN`] (or thirty times the last
-//! scan's duration, on big trees), starts a new scan on a thread of its own, at a low priority.
-//! Files whose size or mtime changed are reindexed and removed files dropped; files written
-//! through gm's own verbs are reindexed before the next search in either case.
+//! index moved. Without a watcher (none could be had, or it lost events), every search first
+//! checks every tracked file by size, mtime and inode ([`LineIndex::refresh`]): a kernel's
+//! 78,000 files take ~0.3 s of stat calls, the price of never answering stale.
+//! Changed files are reindexed and removed files dropped; files written through gm's own verbs
+//! are reindexed before the next search in either case.
 //! The index is served by the [`super::index_actor::SearchIndex`] actor on a thread of its
 //! own, so indexing never holds up the protocol.
 //!
@@ -36,19 +36,6 @@ use super::provisional::{self, IndexStats, ProvisionalFile};
 use super::tokenizer::{has_words, terms_query, words, CodeTokenizer};
 use super::tracked::{stat_all, tracked_files};
 
-/// A search finding the last scan older than this starts another (in the background).
-/// `GM_RESCAN_MS` sets another interval (tests use a short one).
-pub const RESCAN_MIN: Duration = Duration::from_secs(2);
-
-fn rescan_min() -> Duration {
-    static MIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
-    *MIN.get_or_init(|| {
-        std::env::var("GM_RESCAN_MS")
-            .ok()
-            .and_then(|ms| ms.trim().parse().ok())
-            .map_or(RESCAN_MIN, Duration::from_millis)
-    })
-}
 /// Bump when the schema or tokenizer changes: an older index is rebuilt.
 const FORMAT: u32 = 6;
 /// The heap of the writer that builds the index, split between tantivy's indexing threads.
@@ -90,6 +77,16 @@ struct FileState {
     size: u64,
     mtime_ns: u128,
     lines: u64,
+    /// 0 in a manifest written before inodes were kept: then only size and mtime are compared.
+    #[serde(default)]
+    ino: u64,
+}
+
+impl FileState {
+    /// Whether the file is as it was indexed: same size, mtime and (where known) inode.
+    fn same(&self, size: u64, mtime_ns: u128, ino: u64) -> bool {
+        self.size == size && self.mtime_ns == mtime_ns && (self.ino == 0 || self.ino == ino)
+    }
 }
 
 /// The commit payload: the next file id, saved with every commit so that ids are never reused
@@ -122,6 +119,7 @@ struct Seen {
     path: PathBuf,
     size: u64,
     mtime_ns: u128,
+    ino: u64,
 }
 
 impl Scan {
@@ -153,7 +151,7 @@ pub fn scan(workspace: &Path) -> Result<Scan, IndexError> {
         .zip(stats)
         .filter_map(|(f, stat)| {
             let stat = stat.filter(|s| s.is_file)?;
-            Some(Seen { rel: f.rel, path: f.path, size: stat.len, mtime_ns: u128::from(stat.mtime_ns) })
+            Some(Seen { rel: f.rel, path: f.path, size: stat.len, mtime_ns: u128::from(stat.mtime_ns), ino: stat.ino })
         })
         .collect();
     Ok(Scan { files, took: started.elapsed() })
@@ -277,13 +275,6 @@ impl LineIndex {
         })
     }
 
-    /// Whether a background scan is due: at least [`RESCAN_MIN`] and thirty times the last
-    /// scan's own duration since it ran, so a big tree's scan (0.3 s of stat calls for the
-    /// kernel's 78k files) takes at most a few percent of a core while searches go on.
-    pub fn needs_scan(&self) -> bool {
-        self.last_scan.is_none_or(|(at, took)| at.elapsed() >= rescan_min().max(took * 30))
-    }
-
     pub fn is_scanned(&self) -> bool {
         self.last_scan.is_some()
     }
@@ -340,7 +331,7 @@ impl LineIndex {
         let changed: Vec<&Seen> = scan
             .files
             .iter()
-            .filter(|s| self.manifest.files.get(&s.rel).is_none_or(|k| k.size != s.size || k.mtime_ns != s.mtime_ns))
+            .filter(|s| self.manifest.files.get(&s.rel).is_none_or(|k| !k.same(s.size, s.mtime_ns, s.ino)))
             .collect();
         let bytes: u64 = changed.iter().map(|s| s.size.min(MAX_FILE_BYTES)).sum();
         if bytes > BULK_BYTES || changed.len() > BULK_FILES {
@@ -479,7 +470,7 @@ impl LineIndex {
             let under = format!("{dir}/");
             for (rel, known) in self.manifest.files.iter().filter(|(k, _)| k.starts_with(&under)) {
                 let same = std::fs::metadata(self.workspace.join(rel))
-                    .is_ok_and(|m| m.is_file() && m.len() == known.size && mtime_ns(&m) == known.mtime_ns);
+                    .is_ok_and(|m| m.is_file() && known.same(m.len(), mtime_ns(&m), gm_actors::sys::inode(&m)));
                 if !same {
                     changed.push(rel.clone());
                 }
@@ -542,9 +533,9 @@ impl LineIndex {
         if !meta.is_file() {
             return Ok(());
         }
-        let (size, mtime_ns) = (meta.len(), mtime_ns(&meta));
+        let (size, mtime_ns, ino) = (meta.len(), mtime_ns(&meta), gm_actors::sys::inode(&meta));
         let known = self.manifest.files.get(rel).copied();
-        if known.is_some_and(|k| k.size == size && k.mtime_ns == mtime_ns) {
+        if known.is_some_and(|k| k.same(size, mtime_ns, ino)) {
             return Ok(());
         }
         if let Some(k) = known {
@@ -553,7 +544,7 @@ impl LineIndex {
         }
         self.manifest.next_id += 1;
         let id = self.manifest.next_id;
-        let mut state = FileState { id, size, mtime_ns, lines: 0 };
+        let mut state = FileState { id, size, mtime_ns, lines: 0, ino };
         if size > MAX_FILE_BYTES {
             stats.skipped_large += 1;
             self.record(rel, state);

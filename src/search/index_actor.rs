@@ -29,7 +29,6 @@ pub struct SearchIndex {
     workspace: PathBuf,
     dir: PathBuf,
     index: Option<LineIndex>,
-    scanning: bool,
     changes: Subscription,
     /// Whether the last search had the watcher's word: when the watcher stops, the next
     /// search scans everything once, since what changed in between is not known.
@@ -75,7 +74,6 @@ impl SearchIndex {
             workspace,
             dir,
             index: None,
-            scanning: false,
             changes,
             watched: false,
             building: None,
@@ -259,24 +257,6 @@ impl SearchIndex {
             .as_mut()
             .ok_or_else(|| IndexError::Io { path: self.dir.clone(), source: std::io::Error::other("index not open") })
     }
-
-    /// Starts a scan on a thread of its own; its result comes back as [`Scanned`].
-    fn scan_in_background(&mut self, ctx: &SyncContext<Self>) {
-        if self.scanning {
-            return;
-        }
-        self.scanning = true;
-        let addr = ctx.address();
-        let workspace = self.workspace.clone();
-        let spawned = std::thread::Builder::new().name("gm-index-scan".into()).spawn(move || {
-            // Lowered so that the scan gives way to the calls being served and to reindexing.
-            gm_actors::sys::lower_thread_priority();
-            addr.do_send(Scanned(scan(&workspace).map_err(|e| e.to_string())));
-        });
-        if spawned.is_err() {
-            self.scanning = false;
-        }
-    }
 }
 
 impl Actor for SearchIndex {
@@ -309,7 +289,8 @@ pub struct SearchReply {
     pub refreshed: Option<RefreshStats>,
     pub indexed_files: u64,
     /// How this answer was kept fresh: `watch` (every change made before the call is in it)
-    /// or `rescan` (no watcher: files are rescanned by size and mtime every few seconds).
+    /// or `rescan` (no watcher: every tracked file was checked by size, mtime and inode before
+    /// this answer).
     pub fresh: &'static str,
 }
 
@@ -317,10 +298,6 @@ pub struct SearchReply {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Touched(pub Vec<String>);
-
-#[derive(Message)]
-#[rtype(result = "()")]
-struct Scanned(Result<Scan, String>);
 
 /// Reindex the pending files now.
 #[derive(Message)]
@@ -417,9 +394,15 @@ impl Handler<Search> for SearchIndex {
                 (refreshed, "watch")
             }
             Changes::Unwatched(_) => {
-                let refreshed =
-                    if first || was_watched { Some(index.refresh().map_err(|e| e.to_string())?) } else { None };
-                (refreshed, "rescan")
+                // No watcher (none could be had, or it lost its events): nothing says what
+                // changed, so every tracked file is checked now, by size, mtime and inode,
+                // before the answer. A background rescan every few seconds answered stale
+                // right after an edit made outside gm; fresh beats fast.
+                let _ = was_watched;
+                pending.clear(); // a full refresh reindexes them too
+                let stats = index.refresh().map_err(|e| e.to_string())?;
+                let changed = first || stats.indexed > 0 || stats.removed > 0;
+                (changed.then_some(stats), "rescan")
             }
         };
         index.reload_if_changed().map_err(|e| e.to_string())?;
@@ -443,11 +426,7 @@ impl Handler<Search> for SearchIndex {
             indexed_files: index.indexed_files(),
             fresh,
         };
-        let rescan = fresh == "rescan" && index.needs_scan();
         self.watched = fresh == "watch";
-        if rescan {
-            self.scan_in_background(ctx);
-        }
         Ok(reply)
     }
 }
@@ -469,23 +448,6 @@ impl Handler<Built> for SearchIndex {
                 self.log(json!({ "state": "failed", "why": e }));
                 eprintln!("gm: building the search index failed: {e}");
             }
-        }
-    }
-}
-
-impl Handler<Scanned> for SearchIndex {
-    type Result = ();
-    fn handle(&mut self, msg: Scanned, _: &mut SyncContext<Self>) {
-        self.scanning = false;
-        if self.building.is_some() {
-            return; // the build scans for itself
-        }
-        let result = msg.0.map_err(|e| e.to_string()).and_then(|scan| {
-            let index = self.index().map_err(|e| e.to_string())?;
-            index.apply(scan).map_err(|e| e.to_string())
-        });
-        if let Err(e) = result {
-            eprintln!("gm: search index refresh failed: {e}");
         }
     }
 }
