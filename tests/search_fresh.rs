@@ -15,20 +15,7 @@ fn git(dir: &Path, args: &[&str]) {
     common::git(dir, &all);
 }
 
-fn write(dir: &Path, rel: &str, text: &str) {
-    let p = dir.join(rel);
-    std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
-    std::fs::write(p, text).expect("write");
-}
-
-fn hits(r: &Value) -> Vec<String> {
-    r["hits"]
-        .as_array()
-        .expect("hits")
-        .iter()
-        .map(|h| format!("{}:{}", h["path"].as_str().unwrap_or(""), h["line"]))
-        .collect()
-}
+use common::{search_hits as hits, write};
 
 /// A committed repository with a few files, and gm serving it (`args`, `env`), ready.
 fn repo(args: &[&str], env: &[(&str, &str)]) -> (tempfile::TempDir, Gm) {

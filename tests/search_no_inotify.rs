@@ -7,25 +7,11 @@
 mod common;
 
 use std::os::fd::{FromRawFd, OwnedFd};
-use std::path::Path;
 
 use common::Gm;
-use serde_json::{json, Value};
+use serde_json::json;
 
-fn write(dir: &Path, rel: &str, text: &str) {
-    let p = dir.join(rel);
-    std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
-    std::fs::write(p, text).expect("write");
-}
-
-fn hits(r: &Value) -> Vec<String> {
-    r["hits"]
-        .as_array()
-        .expect("hits")
-        .iter()
-        .map(|h| format!("{}:{}", h["path"].as_str().unwrap_or(""), h["line"]))
-        .collect()
-}
+use common::{search_hits as hits, write};
 
 /// Every inotify instance this user may still make, held until dropped.
 fn hold_every_inotify_instance() -> Vec<OwnedFd> {

@@ -296,6 +296,23 @@ pub fn text_of(result: &Value) -> String {
 }
 
 /// Runs the git CLI in `dir` (to set up and inspect repositories); fails the test on error.
+/// Writes `text` to `rel` under `dir`, making its folders.
+pub fn write(dir: &Path, rel: &str, text: &str) {
+    let p = dir.join(rel);
+    std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+    std::fs::write(p, text).expect("write");
+}
+
+/// A search reply's hits as `path:line`.
+pub fn search_hits(r: &Value) -> Vec<String> {
+    r["hits"]
+        .as_array()
+        .expect("hits")
+        .iter()
+        .map(|h| format!("{}:{}", h["path"].as_str().unwrap_or(""), h["line"]))
+        .collect()
+}
+
 pub fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git").args(args).current_dir(dir).output().expect("git runs");
     assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
