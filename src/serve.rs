@@ -123,6 +123,10 @@ fn start_watcher(workspace: &Path, state_dir: &Path, log: Addr<LogWriter>) -> Wa
                 "then": "searches check these directories' files at each call",
             }),
             WatchStatus::Failed { why } => json!({ "state": "failed", "why": why, "then": "searches rescan" }),
+            WatchStatus::Released { idle_ms } => json!({
+                "state": "released", "idleMs": idle_ms,
+                "then": "watches given back while no call asks; the next call places them again and checks every file once",
+            }),
         };
         log.do_send(Event::new("watch", fields));
     })

@@ -339,3 +339,56 @@ fn callers_right_after_a_start_misses_no_edit_made_while_the_first_walk_runs() {
         common::shut_down(gm);
     }
 }
+
+/// How many inotify instances process `pid` holds.
+fn inotify_instances(pid: i32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|fds| {
+            fds.filter_map(Result::ok)
+                .filter(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l.to_string_lossy() == "anon_inode:inotify"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn an_idle_worker_gives_its_inotify_instance_back_and_the_next_call_sees_what_changed_meanwhile() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = dir.path().canonicalize().expect("canonical");
+    common::git(&ws, &["init", "-q"]);
+    write(&ws, "lib/a.js", "export function target() {}\nexport function caller() { target(); }\n");
+    write(&ws, "notes.txt", "nothing here yet\n");
+    common::git(&ws, &["add", "."]);
+    let mut gm = Gm::start_in(&ws, &[], &[("GM_WATCH_IDLE_MS", "1500")]);
+    gm.ready();
+    let r = search_and_callers(&mut gm, "nothing");
+    assert_eq!(r["fresh"], "watch", "{r}");
+    assert_eq!(r["callers"], json!(["lib/a.js:2"]), "{r}");
+    let pid = worker_pid(&ws);
+    assert_eq!(inotify_instances(pid), 1, "watching");
+    for round in 0..3 {
+        // Idle: the instance (and every watch with it) is given back.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while inotify_instances(pid) > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        assert_eq!(inotify_instances(pid), 0, "round {round}: an idle worker holds no inotify instance");
+        // Changed while nobody watched: the next call sees it, and watches again.
+        write(&ws, "notes.txt", &format!("changed meanwhile round{round}\n"));
+        write(
+            &ws,
+            "lib/a.js",
+            &format!(
+                "export function target() {{}}\nfunction c{round}() {{}}\nexport function caller() {{ target(); }}\n"
+            ),
+        );
+        let r = search_and_callers(&mut gm, &format!("meanwhile round{round}"));
+        assert_eq!(hit_paths(&r), ["notes.txt"], "round {round}: {r}");
+        assert_eq!(r["callers"], json!(["lib/a.js:3"]), "round {round}: the moved call site: {r}");
+        assert_eq!(r["fresh"], "watch", "round {round}: watching again: {r}");
+        assert_eq!(inotify_instances(pid), 1, "round {round}: the instance is back");
+    }
+    let events = gm.events_of("watch");
+    assert!(events.iter().any(|e| e["state"] == "released"), "{events:?}");
+    common::shut_down(gm);
+}

@@ -494,6 +494,27 @@ impl FileStat {
     }
 }
 
+/// Whether `fd` has something to read within `wait` (an interrupted wait counts as nothing).
+#[cfg(unix)]
+pub fn readable_within(fd: std::os::fd::BorrowedFd<'_>, wait: std::time::Duration) -> std::io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    let mut pfd = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    let ms = libc::c_int::try_from(wait.as_millis()).unwrap_or(libc::c_int::MAX);
+    // SAFETY: one valid pollfd for the duration of the call.
+    match unsafe { libc::poll(&mut pfd, 1, ms) } {
+        n if n > 0 => Ok(true),
+        0 => Ok(false),
+        _ => {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                Ok(false)
+            } else {
+                Err(e)
+            }
+        }
+    }
+}
+
 /// A file's inode number; 0 where the OS has none.
 pub fn inode(meta: &std::fs::Metadata) -> u64 {
     #[cfg(unix)]

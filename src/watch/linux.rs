@@ -8,7 +8,8 @@
 //!
 //! A directory refused a watch (EACCES: no read permission, a FUSE mount of another user) is
 //! reported and skipped, with everything under it; only the watch limit (ENOSPC) or a failure
-//! of inotify itself stops the watcher.
+//! of inotify itself stops the watcher. [`run`] returns `Ok` when readers stopped asking (the
+//! instance is closed with every watch; see `super` on idle workers).
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -82,8 +83,18 @@ pub(super) fn run(layout: &Layout, sink: Arc<dyn Sink>, ready: impl FnOnce(&'sta
     // events meanwhile wait in the kernel's queue.
     tree.repo = git2::Repository::discover(&layout.workspace).ok();
     let mut buffer = vec![0u8; 64 * 1024];
+    // Woken at least this often to see whether readers stopped asking.
+    let look =
+        (super::idle_after() / 4).clamp(std::time::Duration::from_millis(20), std::time::Duration::from_secs(10));
     loop {
-        let events = inotify.read_events_blocking(&mut buffer).map_err(|e| format!("reading inotify events: {e}"))?;
+        if !readable_within(&inotify, look)? {
+            if tree.sink.idle() {
+                // Dropping `inotify` closes it, and every watch with it.
+                return Ok(());
+            }
+            continue;
+        }
+        let events = inotify.read_events(&mut buffer).map_err(|e| format!("reading inotify events: {e}"))?;
         for event in events {
             tree.on_event(event.wd.get_watch_descriptor_id(), event.mask, event.name)?;
         }
@@ -93,6 +104,12 @@ pub(super) fn run(layout: &Layout, sink: Arc<dyn Sink>, ready: impl FnOnce(&'sta
             tree.watch_whole_tree()?;
         }
     }
+}
+
+/// Whether inotify has events within `wait`.
+fn readable_within(inotify: &Inotify, wait: std::time::Duration) -> Result<bool, String> {
+    use std::os::fd::AsFd;
+    gm_actors::sys::readable_within(inotify.as_fd(), wait).map_err(|e| format!("waiting for inotify events: {e}"))
 }
 
 /// A directory and what adding its watch gave.

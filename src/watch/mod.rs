@@ -16,6 +16,12 @@
 //! named in every [`Dirty::unwatched`], and readers check what they know under it by size and
 //! modification time at each call.
 //!
+//! An idle worker lets go of its inotify instance and watches ([`Status::Released`]: no
+//! reader asked for [`idle_after`], two minutes unless `GM_WATCH_IDLE_MS` says otherwise), so
+//! that a hundred idle workers do not take the instances and watches the user's editors need;
+//! the next reader wakes it, waits for the watches to be placed again, and rescans everything
+//! once (what changed meanwhile was not seen).
+//!
 //! When the kernel's queue overflows, events were lost: readers are told to rescan everything
 //! ([`Dirty::all`]), and the backend walks the tree again, so that directories made while the
 //! events were lost are watched from then on.
@@ -40,6 +46,19 @@ use std::time::{Duration, Instant};
 const COOKIE_WAIT: Duration = Duration::from_secs(2);
 /// How long a reader waits for the first watches to be in place (walking a big tree).
 const READY_WAIT: Duration = Duration::from_secs(60);
+/// How long the watcher keeps its watches with no reader asking.
+const IDLE_AFTER: Duration = Duration::from_secs(120);
+
+/// [`IDLE_AFTER`], or `GM_WATCH_IDLE_MS`.
+pub(crate) fn idle_after() -> Duration {
+    static IDLE: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *IDLE.get_or_init(|| {
+        std::env::var("GM_WATCH_IDLE_MS")
+            .ok()
+            .and_then(|ms| ms.trim().parse().ok())
+            .map_or(IDLE_AFTER, Duration::from_millis)
+    })
+}
 
 /// What changed for one subscriber since its last [`Subscription::changes`].
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -101,6 +120,11 @@ pub enum Status {
     Failed {
         why: String,
     },
+    /// No reader asked for `idle_ms`: the watches and the inotify instance are given back
+    /// until the next reader.
+    Released {
+        idle_ms: u64,
+    },
 }
 
 /// A directory the watcher was refused a watch on, and why.
@@ -154,6 +178,11 @@ struct State {
     cookies_seen: HashSet<u64>,
     /// Directories the backend was refused a watch on, by relative path.
     unwatched: BTreeSet<String>,
+    /// The watches are given back for idleness; `wanted`: a reader asked for them again.
+    released: bool,
+    wanted: bool,
+    /// When a reader last asked (or the watcher started).
+    last_asked: Option<Instant>,
 }
 
 /// What a backend reports, in the order its events came.
@@ -166,6 +195,9 @@ pub(crate) trait Sink: Send + Sync {
     fn unwatched(&self, dir: Unwatched);
     /// A directory reported unwatched is watched now (it was made again).
     fn rewatched(&self, rel: &str);
+    /// Whether no reader has asked for [`idle_after`]: the backend may give its watches back
+    /// (it returns `Ok`).
+    fn idle(&self) -> bool;
 }
 
 /// Where a backend finds things: the workspace, git's directory, the cookies.
@@ -219,18 +251,27 @@ impl Watcher {
         let (workspace, state_dir) = (workspace.to_owned(), state_dir.to_owned());
         let shared = watcher.shared.clone();
         let portable = backend == Backend::Portable || !cfg!(target_os = "linux");
+        shared.lock().last_asked = Some(Instant::now());
         let spawned = std::thread::Builder::new().name("gm-watch".into()).spawn(move || {
-            let started = Instant::now();
             let git_dir = crate::git::git_dir(&workspace);
             let layout = Layout { workspace, git_dir, cookie_dir, state_dir };
-            let sink: Arc<dyn Sink> = shared.clone();
-            let ready = |backend: &'static str, dirs: u64| {
-                let ms = started.elapsed().as_millis() as u64;
-                shared.set_ready(|unwatched| Status::Watching { backend, dirs, ms, unwatched });
-            };
-            let outcome = if portable { portable::run(&layout, sink, ready) } else { run_native(&layout, sink, ready) };
-            if let Err(why) = outcome {
-                shared.fail(why);
+            loop {
+                let started = Instant::now();
+                let sink: Arc<dyn Sink> = shared.clone();
+                let ready = |backend: &'static str, dirs: u64| {
+                    let ms = started.elapsed().as_millis() as u64;
+                    shared.set_ready(|unwatched| Status::Watching { backend, dirs, ms, unwatched });
+                };
+                let outcome =
+                    if portable { portable::run(&layout, sink, ready) } else { run_native(&layout, sink, ready) };
+                match outcome {
+                    // Given back for idleness: wait for a reader, then watch again.
+                    Ok(()) => shared.released(),
+                    Err(why) => {
+                        shared.fail(why);
+                        return;
+                    }
+                }
             }
         });
         if let Err(e) = spawned {
@@ -283,6 +324,7 @@ impl Readiness {
     pub fn wait(&self) -> bool {
         let deadline = Instant::now() + READY_WAIT;
         let mut state = self.shared.lock();
+        self.shared.asked(&mut state);
         while !state.ready && state.failed.is_none() {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -309,7 +351,8 @@ impl Subscription {
     /// (the watcher has not failed): for a reader that can check every file itself sooner than
     /// the watcher's first walk ends.
     pub fn changes_if_ready(&self) -> Option<Changes> {
-        let state = self.shared.lock();
+        let mut state = self.shared.lock();
+        self.shared.asked(&mut state);
         let waiting = !state.ready && state.failed.is_none();
         drop(state);
         (!waiting).then(|| self.changes())
@@ -322,6 +365,7 @@ impl Subscription {
         let shared = &self.shared;
         let deadline = Instant::now() + READY_WAIT;
         let mut state = shared.lock();
+        shared.asked(&mut state);
         while !state.ready && state.failed.is_none() {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -370,17 +414,50 @@ impl Shared {
     fn set_ready(&self, status: impl FnOnce(Vec<Unwatched>) -> Status) {
         let mut state = self.lock();
         state.ready = true;
-        // Those found during the first walk are in the ready status, not each on its own.
-        let skipped: Vec<Unwatched> = std::mem::take(&mut state.unreported)
+        // Those found during the walk are in the ready status, not each on its own; the rest
+        // (a release before it) keep their place.
+        let (skipped, others): (Vec<Status>, Vec<Status>) =
+            std::mem::take(&mut state.unreported).into_iter().partition(|s| matches!(s, Status::Skipped(_)));
+        let skipped = skipped
             .into_iter()
             .filter_map(|s| match s {
                 Status::Skipped(u) => Some(u),
                 _ => None,
             })
             .collect();
+        state.unreported = others;
         state.unreported.push(status(skipped));
         drop(state);
         self.cond.notify_all();
+    }
+
+    /// A reader asks: the watcher is not idle, and a released one is wanted back.
+    fn asked(&self, state: &mut State) {
+        state.last_asked = Some(Instant::now());
+        if state.released && !state.wanted {
+            state.wanted = true;
+            self.cond.notify_all();
+        }
+    }
+
+    /// The backend gave its watches back: every reader must check everything once it is
+    /// back (what changes meanwhile is not seen); waits, on the watcher's thread, for a reader.
+    fn released(&self) {
+        let mut state = self.lock();
+        let idle_ms = state.last_asked.map_or(0, |t| t.elapsed().as_millis() as u64);
+        state.ready = false;
+        state.released = true;
+        state.unreported.push(Status::Released { idle_ms });
+        for d in state.subscribers.iter_mut() {
+            d.all = true;
+        }
+        // A reader that asked after the backend looked is not idle: straight back.
+        state.wanted |= state.last_asked.is_some_and(|t| t.elapsed() < idle_after());
+        while !state.wanted && state.failed.is_none() {
+            state = self.cond.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+        state.wanted = false;
+        state.released = false;
     }
 
     fn fail(&self, why: String) {
@@ -449,6 +526,11 @@ impl Sink for Shared {
 
     fn rewatched(&self, rel: &str) {
         self.lock().unwatched.remove(rel);
+    }
+
+    fn idle(&self) -> bool {
+        let state = self.lock();
+        !state.subscribers.is_empty() && state.last_asked.is_some_and(|t| t.elapsed() >= idle_after())
     }
 
     fn cookie(&self, name: &str) {
