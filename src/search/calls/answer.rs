@@ -365,7 +365,7 @@ pub fn callers(
     limit: usize,
     counts: Counts,
 ) -> CallersReply {
-    let r = Resolver::new(store);
+    let r = Resolver::new(store).in_workspace(workspace);
     let (qualifier, name) = parse_symbol(symbol);
     let targets = r.targets(&qualifier, name);
     let names = r.names_of(name);
@@ -394,8 +394,14 @@ pub fn callers(
     }
 }
 
-pub fn impact(store: &Store, symbol: &str, depth: usize, skipped: BTreeMap<String, usize>) -> ImpactReply {
-    let r = Resolver::new(store);
+pub fn impact(
+    workspace: &Path,
+    store: &Store,
+    symbol: &str,
+    depth: usize,
+    skipped: BTreeMap<String, usize>,
+) -> ImpactReply {
+    let r = Resolver::new(store).in_workspace(workspace);
     let (qualifier, name) = parse_symbol(symbol);
     let start = r.targets(&qualifier, name);
     // Nodes by qualified name: each with the definitions reached under it.
@@ -585,7 +591,7 @@ pub struct FindArgs<'a> {
 /// type's), best first: exact, then prefix, then by words; within each, types before
 /// functions, then by path.
 pub fn find(workspace: &Path, store: &Store, args: FindArgs, counts: Counts) -> FoundReply {
-    let r = Resolver::new(store);
+    let r = Resolver::new(store).in_workspace(workspace);
     let (qualifier, name) = parse_symbol(args.query);
     let query_words = parts(name);
     // The names first, on every core (millions of them on a kernel); then their definitions.

@@ -382,7 +382,7 @@ impl CallIndex {
     fn impact(&mut self, msg: Impact) -> Result<ImpactReply, String> {
         self.checked(|me| {
             me.fresh()?;
-            Ok(answer::impact(&me.store, &msg.symbol, msg.depth, me.skipped.clone()))
+            Ok(answer::impact(&me.workspace, &me.store, &msg.symbol, msg.depth, me.skipped.clone()))
         })
     }
 

@@ -7,6 +7,7 @@
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
+use std::path::Path;
 use std::rc::Rc;
 
 use super::facts::{Call, CallKind, DefKind, FileFacts, NONE};
@@ -45,10 +46,26 @@ pub struct Resolver<'a> {
     all_named: RefCell<HashMap<String, Rc<[At]>>>,
     /// Bare calls' reach by (file, callee, the enclosing type): the same in every call.
     bare: RefCell<rustc_hash::FxHashMap<(FileId, u32, u32), Reach>>,
+    /// The workspace, where a Go module's `go.mod` is read; `None`: module paths are matched
+    /// by their ends only.
+    workspace: Option<&'a Path>,
+    /// The Go module a directory belongs to: (module path, the directory of its `go.mod`).
+    go_modules: RefCell<HashMap<String, Option<(String, String)>>>,
 }
 
-/// The files of a module path, by (importing directory, module).
-type ModuleFiles = HashMap<(String, String), Rc<Vec<FileId>>>;
+/// The files of a module path, by (importing directory, module, the importer's language family).
+type ModuleFiles = HashMap<(String, String, &'static str), Rc<Vec<FileId>>>;
+
+/// Languages whose files import each other's modules: JavaScript and TypeScript, C and C++.
+/// A module path never names a file of another family (`app/config` in Go is not
+/// `app/config.py`).
+fn family(lang: &str) -> &'static str {
+    match lang {
+        "javascript" | "typescript" => "js",
+        "c" | "cpp" => "c",
+        other => lang::by_name(other).map_or("", |l| l.name),
+    }
+}
 
 /// Types and their bases, from every file.
 #[derive(Default)]
@@ -69,7 +86,40 @@ impl<'a> Resolver<'a> {
             named: RefCell::new(HashMap::new()),
             all_named: RefCell::new(HashMap::new()),
             bare: RefCell::default(),
+            workspace: None,
+            go_modules: RefCell::default(),
         }
+    }
+
+    /// Reads `go.mod` files under `workspace` to resolve Go import paths exactly.
+    pub fn in_workspace(mut self, workspace: &'a Path) -> Self {
+        self.workspace = Some(workspace);
+        self
+    }
+
+    /// The Go module the workspace-relative directory `dir` belongs to: the nearest `go.mod`
+    /// at or above it, as (module path, its directory).
+    fn go_module(&self, dir: &str) -> Option<(String, String)> {
+        let workspace = self.workspace?;
+        if let Some(hit) = self.go_modules.borrow().get(dir) {
+            return hit.clone();
+        }
+        let found = std::fs::read_to_string(workspace.join(dir).join("go.mod"))
+            .ok()
+            .and_then(|text| {
+                text.lines().find_map(|l| {
+                    let rest = l.trim().strip_prefix("module")?;
+                    let path = rest.trim().trim_matches('"');
+                    (rest.starts_with(char::is_whitespace) && !path.is_empty()).then(|| path.to_owned())
+                })
+            })
+            .map(|module| (module, dir.to_owned()))
+            .or_else(|| {
+                let parent = dir.rsplit_once('/').map_or("", |(p, _)| p);
+                (!dir.is_empty()).then(|| self.go_module(parent)).flatten()
+            });
+        self.go_modules.borrow_mut().insert(dir.to_owned(), found.clone());
+        found
     }
 
     pub fn facts(&self, id: FileId) -> Option<(&'a str, &'a FileFacts)> {
@@ -233,17 +283,41 @@ impl<'a> Resolver<'a> {
             return Rc::new(vec![from]);
         }
         let dir = from_path.rsplit_once('/').map_or("", |(d, _)| d);
-        let key = (dir.to_owned(), module.to_owned());
+        let from_family = family(self.store.lang(from).unwrap_or(""));
+        let key = (dir.to_owned(), module.to_owned(), from_family);
         if let Some(hit) = self.modules.borrow().get(&key) {
             return hit.clone();
         }
-        let found = Rc::new(self.find_module(dir, module));
+        let mut found = self.find_module(dir, module, from_family);
+        found.retain(|id| family(self.store.lang(*id).unwrap_or("")) == from_family);
+        let found = Rc::new(found);
         self.modules.borrow_mut().insert(key, found.clone());
         found
     }
 
-    fn find_module(&self, dir: &str, module: &str) -> Vec<FileId> {
+    fn find_module(&self, dir: &str, module: &str, from_family: &str) -> Vec<FileId> {
         let module = module.trim().trim_matches(|c| c == '"' || c == '\'' || c == '<' || c == '>');
+        // A Go import path inside the importer's own module names one directory exactly:
+        // the module's directory joined with what follows the module path.
+        if from_family == "go" {
+            if let Some((path, mod_dir)) = self.go_module(dir) {
+                let rest = if module == path { Some("") } else { module.strip_prefix(&format!("{path}/")) };
+                if let Some(rest) = rest {
+                    let target = [mod_dir.as_str(), rest]
+                        .iter()
+                        .filter(|s| !s.is_empty())
+                        .copied()
+                        .collect::<Vec<_>>()
+                        .join("/");
+                    return self
+                        .store
+                        .summaries()
+                        .filter(|(_, p, f)| f.lang == "go" && p.rsplit_once('/').map_or("", |(d, _)| d) == target)
+                        .map(|(id, _, _)| id)
+                        .collect();
+                }
+            }
+        }
         // A path relative to the importing file: `./x`, `../x` (JavaScript), `.x`, `..x` (Python).
         let relative = if module.starts_with("./") || module.starts_with("../") {
             Some(normalize(&format!("{dir}/{module}")))

@@ -53,7 +53,7 @@ const QUERY: &str = r#"
 (call_expression function: (qualified_identifier scope: (_) @qualifier name: (qualified_identifier scope: (_) @qualifier name: [(identifier) @name (template_function name: (identifier) @name)]))) @reference.call
 (new_expression type: [(type_identifier) @name (qualified_identifier name: (type_identifier) @name) (template_type name: (type_identifier) @name)]) @reference.new
 
-(namespace_alias_definition name: (namespace_identifier) @import.alias (nested_namespace_specifier) @import.module) @import
+(namespace_alias_definition name: (namespace_identifier) @import.alias [(namespace_identifier) (nested_namespace_specifier)] @import.module) @import
 (using_declaration (qualified_identifier scope: (_) @import.module name: (identifier) @import.name)) @import
 
 (declaration type: [(type_identifier) (qualified_identifier) (template_type)] @bind.type declarator: [(identifier) @bind.name (pointer_declarator declarator: (identifier) @bind.name) (reference_declarator (identifier) @bind.name) (init_declarator declarator: [(identifier) @bind.name (pointer_declarator declarator: (identifier) @bind.name) (reference_declarator (identifier) @bind.name)])])
