@@ -38,6 +38,7 @@ fn with_the_users_inotify_instances_used_up_a_search_right_after_an_outside_edit
     common::git(d, &["init", "-q", "-b", "main"]);
     write(d, "src/alpha.rs", "fn alpha() {\n    let oldWord = 1;\n}\n");
     write(d, "src/beta.rs", "fn beta() {\n    let steady = 2;\n}\n");
+    write(d, "lib/a.js", "export function target() {}\nexport function first() { target(); }\n");
     common::git(d, &["add", "."]);
     common::git(d, &["-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-q", "-m", "init"]);
 
@@ -73,6 +74,19 @@ fn with_the_users_inotify_instances_used_up_a_search_right_after_an_outside_edit
     std::fs::rename(&tmp, d.join("src/beta.rs")).expect("rename");
     let r = gm.js("return await gm.search({ query: 'stormy' })");
     assert_eq!(hits(&r), ["src/beta.rs:2"], "same size and mtime, another inode: {r}");
+    // callers too: the call moved to another function, in a file of the same size and mtime.
+    let before = gm.js("return (await gm.callers({ symbol: 'target' })).callers.map(c => c.enclosing)");
+    assert_eq!(before, json!(["first"]));
+    let old = std::fs::metadata(d.join("lib/a.js")).expect("stat");
+    write(d, "lib/a.tmp", "export function target() {}\nexport function other() { target(); }\n");
+    std::fs::File::options()
+        .write(true)
+        .open(d.join("lib/a.tmp"))
+        .and_then(|f| f.set_modified(old.modified().expect("mtime")))
+        .expect("set mtime");
+    std::fs::rename(d.join("lib/a.tmp"), d.join("lib/a.js")).expect("rename");
+    let after = gm.js("return (await gm.callers({ symbol: 'target' })).callers.map(c => c.enclosing)");
+    assert_eq!(after, json!(["other"]), "same size and mtime, another inode");
     drop(held);
     common::shut_down(gm);
 }

@@ -23,6 +23,16 @@ pub struct Stamp {
     pub size: u64,
     pub mtime_ns: u64,
     pub hash: Hash,
+    /// 0 where the OS has none: then size and mtime alone say whether the file changed.
+    pub ino: u64,
+}
+
+impl Stamp {
+    /// Whether a file stat'ed as `seen` is still the one these facts were read from: a file
+    /// replaced by another of the same size and mtime (a rename over it) has another inode.
+    pub fn matches(&self, size: u64, mtime_ns: u64, ino: u64) -> bool {
+        self.size == size && self.mtime_ns == mtime_ns && (self.ino == 0 || self.ino == ino)
+    }
 }
 
 /// What the resolver asks of every file of the tree (a module's files, the type hierarchy,
@@ -175,7 +185,7 @@ pub const MAGIC: &[u8; 8] = b"gm-calls";
 /// Bump it when the layout changes, or `Entry`, `FileFacts` or anything they hold, or what
 /// `extract` records, or when the bitcode dependency moves to another 0.x (its encoding may
 /// change between those): a cache of another version is ignored.
-pub const FORMAT_VERSION: u32 = 5;
+pub const FORMAT_VERSION: u32 = 6;
 
 /// The header: `MAGIC`, the format version (u32), the languages' fingerprint (u32, see
 /// [`fingerprint`]), the file's length (u64), the entries' length (u64), the records' length

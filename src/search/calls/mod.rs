@@ -202,10 +202,9 @@ impl CallIndex {
             let path = self.workspace.join(&rel);
             match std::fs::metadata(&path) {
                 Ok(meta) if meta.is_file() => {
-                    let mtime_ns = mtime_ns(&meta);
-                    let fresh = self.store.get(&rel).is_some_and(|c| c.size == meta.len() && c.mtime_ns == mtime_ns);
-                    if !fresh {
-                        stale.push((Tracked { rel, path }, meta.len(), mtime_ns));
+                    let seen = Seen::of(&meta);
+                    if !self.store.get(&rel).is_some_and(|c| seen.is(c)) {
+                        stale.push((Tracked { rel, path }, seen));
                     }
                 }
                 _ => {
@@ -298,10 +297,10 @@ impl CallIndex {
                 continue;
             };
             live.insert(rel);
-            let fresh = self.store.get(rel).is_some_and(|c| c.size == meta.len && c.mtime_ns == meta.mtime_ns);
-            if !fresh {
+            let seen = Seen { size: meta.len, mtime_ns: meta.mtime_ns, ino: meta.ino };
+            if !self.store.get(rel).is_some_and(|c| seen.is(c)) {
                 let f = Tracked { rel: rel.clone(), path: self.workspace.join(rel) };
-                stale.push((f, meta.len, meta.mtime_ns));
+                stale.push((f, seen));
             }
         }
         let parsed = self.reparse(stale);
@@ -334,12 +333,12 @@ impl CallIndex {
     /// checkout back and forth) only takes its new mtime — hashing is far cheaper than
     /// parsing — and any other is parsed. A file that cannot be read keeps its entry. Returns
     /// the number of files parsed.
-    fn reparse(&mut self, stale: Vec<(Tracked, u64, u64)>) -> usize {
-        let work: Vec<(Tracked, u64, Option<Hash>)> = stale
+    fn reparse(&mut self, stale: Vec<(Tracked, Seen)>) -> usize {
+        let work: Vec<(Tracked, Seen, Option<Hash>)> = stale
             .into_iter()
-            .map(|(f, size, mtime_ns)| {
-                let known = self.store.get(&f.rel).filter(|c| c.size == size).map(|c| c.hash);
-                (f, mtime_ns, known)
+            .map(|(f, seen)| {
+                let known = self.store.get(&f.rel).filter(|c| c.size == seen.size).map(|c| c.hash);
+                (f, seen, known)
             })
             .collect();
         let read = parse_all(&work);
@@ -347,7 +346,7 @@ impl CallIndex {
         for (rel, reread) in read {
             self.dirty = true;
             match reread {
-                Reread::Same { mtime_ns } => self.store.touch(&rel, mtime_ns),
+                Reread::Same { mtime_ns, ino } => self.store.touch(&rel, mtime_ns, ino),
                 Reread::Parsed(c) => {
                     parsed += usize::from(lang::by_name(&c.facts.lang).is_some());
                     self.store.insert(rel, c);
@@ -414,7 +413,7 @@ impl CallIndex {
         if meta.is_dir() {
             return Err(SymbolsError::IsADirectory(rel.to_owned()));
         }
-        let fresh = self.store.get(rel).is_some_and(|c| c.size == meta.len() && c.mtime_ns == mtime_ns(&meta));
+        let fresh = self.store.get(rel).is_some_and(|c| Seen::of(&meta).is(c));
         if self.loaded && fresh {
             if let Some((facts, summary)) = self.store.facts(rel) {
                 if lang::by_name(&summary.lang).is_some() {
@@ -442,7 +441,7 @@ impl CallIndex {
 }
 
 /// Reads and parses files on every core; returns what each read found.
-fn parse_all(work: &[(Tracked, u64, Option<Hash>)]) -> Vec<(String, Reread)> {
+fn parse_all(work: &[(Tracked, Seen, Option<Hash>)]) -> Vec<(String, Reread)> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     // Small pieces handed out in turn, so that one core is not left with the big files.
     let next = std::sync::atomic::AtomicUsize::new(0);
@@ -459,11 +458,11 @@ fn parse_all(work: &[(Tracked, u64, Option<Hash>)]) -> Vec<(String, Reread)> {
                         if part.is_empty() {
                             break;
                         }
-                        for (f, mtime_ns, known) in part {
+                        for (f, seen, known) in part {
                             let Ok(bytes) = std::fs::read(&f.path) else { continue };
                             let hash: Hash = Sha256::digest(&bytes).into();
                             if *known == Some(hash) {
-                                out.push((f.rel.clone(), Reread::Same { mtime_ns: *mtime_ns }));
+                                out.push((f.rel.clone(), Reread::Same { mtime_ns: seen.mtime_ns, ino: seen.ino }));
                                 continue;
                             }
                             // The size of the bytes parsed, not the one stat saw: the entry
@@ -473,7 +472,10 @@ fn parse_all(work: &[(Tracked, u64, Option<Hash>)]) -> Vec<(String, Reread)> {
                             let facts = Arc::new(parse(&f.rel, bytes, &mut parser));
                             out.push((
                                 f.rel.clone(),
-                                Reread::Parsed(Cached { stamp: Stamp { size, mtime_ns: *mtime_ns, hash }, facts }),
+                                Reread::Parsed(Cached {
+                                    stamp: Stamp { size, mtime_ns: seen.mtime_ns, hash, ino: seen.ino },
+                                    facts,
+                                }),
                             ));
                         }
                     }
@@ -487,11 +489,30 @@ fn parse_all(work: &[(Tracked, u64, Option<Hash>)]) -> Vec<(String, Reread)> {
 
 /// What reading a stale file found.
 enum Reread {
-    /// The cached content, under a new mtime.
+    /// The cached content, under a new mtime (or inode).
     Same {
         mtime_ns: u64,
+        ino: u64,
     },
     Parsed(Cached),
+}
+
+/// What stat said of a file: enough to tell whether its cached facts still hold.
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    size: u64,
+    mtime_ns: u64,
+    ino: u64,
+}
+
+impl Seen {
+    fn of(meta: &std::fs::Metadata) -> Self {
+        Seen { size: meta.len(), mtime_ns: mtime_ns(meta), ino: gm_actors::sys::inode(meta) }
+    }
+
+    fn is(&self, stamp: &Stamp) -> bool {
+        stamp.matches(self.size, self.mtime_ns, self.ino)
+    }
 }
 
 /// A file's size, mtime (ns) and inode (0 where the OS does not say).

@@ -185,11 +185,12 @@ impl Store {
         self.ids.contains_key(rel)
     }
 
-    /// Sets the mtime of an entry whose content did not change.
-    pub fn touch(&mut self, rel: &str, mtime_ns: u64) {
+    /// Sets the mtime and inode of an entry whose content did not change.
+    pub fn touch(&mut self, rel: &str, mtime_ns: u64, ino: u64) {
         if let Some(id) = self.ids.get(rel) {
             if let Some(Some(slot)) = self.slots.get_mut(*id as usize) {
                 slot.stamp.mtime_ns = mtime_ns;
+                slot.stamp.ino = ino;
             }
         }
     }
