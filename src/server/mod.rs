@@ -33,6 +33,7 @@ use crate::app::{App, Conn};
 use crate::protocol::jsonrpc::{self, Message, RpcError};
 use crate::protocol::{mcp, modern};
 use crate::run::RunSession;
+use crate::telemetry;
 use crate::trust::ask::{AskConsent, Consent};
 use crate::verbs;
 
@@ -338,15 +339,31 @@ impl Server {
                 if method == "tools/call" {
                     return match mcp::ToolCall::from_params(id.clone(), &params) {
                         Ok(call) => Reply::Later(self.start_call(call)),
-                        Err(e) => Reply::Now(Some(jsonrpc::error(&id, &e))),
+                        Err(e) => {
+                            if let Some(span) = self.request_span(&id, &method, None, params.get("_meta")) {
+                                span.end(telemetry::Outcome::RpcError(e.code));
+                            }
+                            Reply::Now(Some(jsonrpc::error(&id, &e)))
+                        }
                     };
                 }
+                let span = self.request_span(&id, &method, request_target(&method, &params), params.get("_meta"));
                 if let Some(later) = self.later_request(&id, &method) {
-                    return Reply::Later(later);
+                    return Reply::Later(traced(later, span));
                 }
                 let reply = match self.on_request(&method, params, self.session.protocol) {
-                    Ok(result) => jsonrpc::result(&id, result),
-                    Err(e) => jsonrpc::error(&id, &e),
+                    Ok(result) => {
+                        if let Some(span) = span {
+                            span.end(telemetry::Outcome::Ok);
+                        }
+                        jsonrpc::result(&id, result)
+                    }
+                    Err(e) => {
+                        if let Some(span) = span {
+                            span.end(telemetry::Outcome::RpcError(e.code));
+                        }
+                        jsonrpc::error(&id, &e)
+                    }
                 };
                 Reply::Now(Some(reply))
             }
@@ -377,6 +394,39 @@ impl Server {
                 "cancel-ignored",
                 json!({ "requestId": request, "reason": params.get("reason"), "why": "no call with this id is running" }),
             ),
+        }
+    }
+
+    /// Opens a request's SERVER span when export is on (`None` otherwise, at the cost of one
+    /// load). `meta`: the request's `params._meta`, whose traceparent is the host's.
+    fn request_span(
+        &self,
+        id: &Value,
+        method: &str,
+        target: Option<&str>,
+        meta: Option<&Value>,
+    ) -> Option<telemetry::RequestSpan> {
+        let t = telemetry::get()?;
+        let meta = meta.and_then(Value::as_object);
+        let modern = meta.is_some_and(|m| m.contains_key(modern::PROTOCOL_VERSION_KEY));
+        Some(t.request(&telemetry::Request {
+            method,
+            target,
+            session: &self.conn.session,
+            protocol: if modern { Some(modern::VERSION) } else { self.session.protocol },
+            id,
+            transport: self.transport(),
+            meta,
+        }))
+    }
+
+    /// `network.transport`: the HTTP listener's connection is TCP, every other session the
+    /// host's pipes (through a relay or not).
+    fn transport(&self) -> telemetry::Transport {
+        if self.conn.stateless {
+            telemetry::Transport::Tcp
+        } else {
+            telemetry::Transport::Pipe
         }
     }
 
@@ -550,6 +600,27 @@ impl Handler<Incoming> for Server {
     }
 }
 
+/// What a request's span names after its method: a resource's URI, a prompt's name.
+fn request_target<'a>(method: &str, params: &'a Value) -> Option<&'a str> {
+    match method {
+        "resources/read" | "resources/subscribe" | "resources/unsubscribe" => params.get("uri")?.as_str(),
+        "prompts/get" => params.get("name")?.as_str(),
+        _ => None,
+    }
+}
+
+/// A later reply whose span ends when it is ready (unanswered: cancelled).
+fn traced(later: Later, span: Option<telemetry::RequestSpan>) -> Later {
+    let Some(span) = span else { return later };
+    let Later { future, call } = later;
+    let future = async move {
+        let reply = future.await;
+        span.end(if reply.is_some() { telemetry::Outcome::Ok } else { telemetry::Outcome::Cancelled });
+        reply
+    };
+    Later { future: Box::pin(future), call }
+}
+
 /// Why a session ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum End {
@@ -668,6 +739,9 @@ impl Server {
             fields["signal"] = signal;
         }
         self.log("session-end", fields);
+        if let Some(t) = telemetry::get() {
+            t.session_ended(self.session.opened.elapsed());
+        }
         let log = self.app.ctx.log.clone();
         let flushed = async move {
             if let Some(log) = log {
