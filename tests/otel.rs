@@ -375,3 +375,81 @@ fn a_child_servers_call_is_a_client_span_whose_traceparent_the_child_receives() 
     common::shut_down(gm);
 }
 
+#[test]
+fn otel_export_sends_a_recorded_log_as_the_same_spans_every_time() {
+    // Recorded with export off.
+    let home = tempfile::tempdir().expect("home");
+    let home_s = home.path().to_string_lossy().into_owned();
+    let dir = tempfile::tempdir().expect("workspace");
+    let ws = dir.path().canonicalize().expect("canonical");
+    let mut gm = Gm::start_in(&ws, &[], &[("HOME", home_s.as_str())]);
+    gm.ready();
+    std::fs::write(ws.join("a.txt"), "hello\n").expect("write");
+    let reply = gm.ok(
+        "tools/call",
+        json!({
+            "name": "run_code",
+            "arguments": { "code": "await gm.stat_file({ path: 'a.txt' }); try { await gm.read_file({ path: 'missing.txt' }); } catch (e) {} return 1;" },
+            "_meta": { "traceparent": format!("00-{HOST_TRACE}-{HOST_SPAN}-01") },
+        }),
+    );
+    assert_eq!(reply["isError"], false, "{reply}");
+    let events = gm.log_events();
+    let first_action = events.iter().find(|e| e["kind"] == "action").expect("an action")["seq"].as_u64().expect("seq");
+    common::shut_down(gm);
+
+    let receiver = Receiver::start(&[]);
+    let send = |since: Option<u64>| {
+        let mut cmd = common::gm_command();
+        cmd.args(["otel-export", "--workspace"]).arg(&ws).env("HOME", home.path());
+        cmd.env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint());
+        if let Some(since) = since {
+            cmd.args(["--since", &since.to_string()]);
+        }
+        let out = cmd.output().expect("gm otel-export runs");
+        assert!(out.status.success(), "gm otel-export: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<Value>(&out.stdout).expect("its report")
+    };
+    let report = send(None);
+    assert_eq!(report["spans"], 3, "run_code and its two calls: {report}");
+    let spans = receiver.wait_for("span", "the log's spans", |s| s.len() >= 3);
+    let body = named(&spans, "tools/call run_code")[0];
+    assert_eq!(body["kind"], SERVER);
+    assert_eq!(body["traceId"], HOST_TRACE);
+    assert_eq!(body["parentSpanId"], HOST_SPAN);
+    for verb in ["stat_file", "read_file"] {
+        let call = named(&spans, &format!("execute_tool {verb}"))[0];
+        assert_eq!(call["parentSpanId"], body["spanId"], "{verb} under its body");
+        assert_eq!(call["traceId"], HOST_TRACE);
+    }
+    assert!(named(&spans, "execute_tool read_file")[0]["attributes"]["error.type"].is_string());
+    assert_eq!(body["resource"]["gm.workspace.name"], ws.file_name().expect("name").to_string_lossy().as_ref());
+
+    // Sent again: the same ids, which a collector merges.
+    let ids = |spans: &[Value]| {
+        let mut ids: Vec<String> = spans.iter().map(|s| format!("{}/{}", s["traceId"], s["spanId"])).collect();
+        ids.sort();
+        ids
+    };
+    send(None);
+    let twice = receiver.wait_for("span", "the second sending", |s| s.len() >= 6);
+    assert_eq!(ids(&twice[3..]), ids(&twice[..3]));
+
+    // --since: only the events from that seq on (the action comes after its calls).
+    let report = send(Some(first_action));
+    assert_eq!(report["spans"], 1, "{report}");
+}
+
+#[test]
+fn otel_export_without_a_collector_configured_says_so() {
+    let dir = tempfile::tempdir().expect("dir");
+    let out = common::gm_command()
+        .args(["otel-export", "--workspace"])
+        .arg(dir.path())
+        .env("HOME", dir.path())
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("OTEL_EXPORTER_OTLP_ENDPOINT"));
+}

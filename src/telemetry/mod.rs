@@ -6,10 +6,12 @@
 //! - `export`: the tracer and meter providers (opentelemetry-otlp, off the arbiters).
 //! - `spans`: the MCP semantic conventions' spans.
 //! - `metrics`: the instruments.
+//! - `replay`: `gm otel-export`, a recorded log sent as the same spans.
 
 pub mod config;
 mod export;
 mod metrics;
+pub mod replay;
 pub mod spans;
 
 use std::sync::OnceLock;
@@ -77,11 +79,10 @@ pub fn start(
     let Some(config) = config::resolve(&env, home_config)? else { return Ok(None) };
     let resource = resource(&config, worker, &env);
     let providers = export::build(&config, resource)?;
-    let scope = InstrumentationScope::builder("gm").with_version(env!("CARGO_PKG_VERSION")).build();
-    let tracer = providers.tracer.as_ref().map(|p| p.tracer_with_scope(scope.clone()));
+    let tracer = providers.tracer.as_ref().map(|p| p.tracer_with_scope(scope()));
     let instruments = providers.meter.as_ref().map(|p| {
         use opentelemetry::metrics::MeterProvider as _;
-        metrics::Instruments::new(&p.meter_with_scope(scope))
+        metrics::Instruments::new(&p.meter_with_scope(scope()))
     });
     let signal = |s: &Option<config::Signal>| match s {
         Some(s) => serde_json::json!({ "protocol": s.protocol.as_str(), "endpoint": s.endpoint }),
@@ -97,6 +98,11 @@ pub fn start(
         _runtime: providers.runtime,
     };
     Ok(Some(TELEMETRY.get_or_init(|| telemetry)))
+}
+
+/// gm's instrumentation scope: its name and version.
+fn scope() -> InstrumentationScope {
+    InstrumentationScope::builder("gm").with_version(env!("CARGO_PKG_VERSION")).build()
 }
 
 fn resource(config: &OtelConfig, worker: &Worker<'_>, env: &dyn Fn(&str) -> Option<String>) -> Resource {
