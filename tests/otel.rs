@@ -1,6 +1,7 @@
-//! OpenTelemetry export (issue 38), against a real OTLP/HTTP receiver: `tests/otel/receiver.py`
-//! decodes what gm sends with the official protobuf classes (PyPI's opentelemetry-proto, put
-//! in a venv under the build's temp dir on first use) and writes it as JSON lines.
+//! OpenTelemetry export (issue 38), against a real OTLP receiver (HTTP, or gRPC with grpcio):
+//! `tests/otel/receiver.py` decodes what gm sends with the official protobuf classes (PyPI's
+//! opentelemetry-proto, put in a venv under the build's temp dir on first use) and writes it as
+//! JSON lines.
 
 mod common;
 
@@ -19,7 +20,11 @@ const SERVER: i64 = 2;
 const HOST_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const HOST_SPAN: &str = "00f067aa0ba902b7";
 
-/// A python with opentelemetry-proto: `GM_OTEL_PYTHON` (CI installs it there), else a venv
+/// What the receiver needs: the OTLP classes, and grpcio for its gRPC mode.
+const PIP_INSTALL: &[&str] =
+    &["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "opentelemetry-proto", "grpcio"];
+
+/// A python with opentelemetry-proto and grpcio: `GM_OTEL_PYTHON` (CI installs it there), else a venv
 /// made under the build's temp dir on first use (tests that ask at once wait for one install,
 /// under a lock file).
 fn python() -> PathBuf {
@@ -38,17 +43,7 @@ fn python() -> PathBuf {
             assert!(out.status.success(), "{what} failed: {}", String::from_utf8_lossy(&out.stderr));
         };
         run(Command::new("python3").args(["-m", "venv", "--clear"]).arg(&dir), "python3 -m venv");
-        run(
-            Command::new(&python).args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                "opentelemetry-proto",
-            ]),
-            "pip install opentelemetry-proto (PyPI must be reachable)",
-        );
+        run(Command::new(&python).args(PIP_INSTALL), "pip install opentelemetry-proto grpcio (PyPI must be reachable)");
         std::fs::write(dir.join(".installed"), "").expect("mark");
     }
     python
@@ -189,7 +184,9 @@ fn run_code_requests_and_their_gm_calls_are_spans_in_the_hosts_trace() {
     }
 
     // The handshake and the skill read are spans too, each its own trace (no traceparent).
-    assert!(has(&spans, "initialize"), "{spans:?}");
+    let initialize = named(&spans, "initialize");
+    assert_eq!(initialize.len(), 1, "{spans:?}");
+    assert_eq!(initialize[0]["attributes"]["mcp.protocol.version"], "2025-11-25", "the version it negotiated");
     let read = named(&spans, "resources/read skill://gm/SKILL.md");
     assert_eq!(read.len(), 1, "{spans:?}");
     assert_ne!(read[0]["traceId"], HOST_TRACE);
@@ -315,6 +312,16 @@ fn a_refusing_or_stuck_collector_changes_no_call_and_holds_no_exit() {
         while process_alive(pid) {
             assert!(started.elapsed() < Duration::from_secs(5), "{flags:?}: the worker waited on the collector");
             std::thread::sleep(Duration::from_millis(20));
+        }
+        // What did not reach the collector is counted, in the worker's own log.
+        let said = std::fs::read_to_string(gm.workspace.join(".gm/worker.log")).unwrap_or_default();
+        let line =
+            said.lines().find(|l| l.contains("gm: OpenTelemetry: ")).unwrap_or_else(|| panic!("{flags:?}: {said}"));
+        let refused = !line.contains(" 0 failed");
+        let dropped = !line.contains(" 0 dropped");
+        assert!(refused || dropped, "{flags:?}: {line}");
+        if flags == ["--status", "503"] {
+            assert!(refused, "a 503 is a failed export: {line}");
         }
     }
 }
@@ -452,4 +459,22 @@ fn otel_export_without_a_collector_configured_says_so() {
         .expect("runs");
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("OTEL_EXPORTER_OTLP_ENDPOINT"));
+}
+
+#[test]
+fn with_otel_exporter_otlp_protocol_grpc_spans_and_metrics_go_over_grpc() {
+    let receiver = Receiver::start(&["--grpc"]);
+    let home = tempfile::tempdir().expect("home");
+    let mut env = export_env(&receiver.endpoint(), home.path());
+    env.push(("OTEL_EXPORTER_OTLP_PROTOCOL".into(), "grpc".into()));
+    let mut gm = start_gm(&["--surface", "tools"], &env);
+    gm.initialize("2025-11-25");
+    std::fs::write(gm.workspace.join("a.txt"), "x").expect("write");
+    gm.call_ok("stat_file", json!({ "path": "a.txt" }));
+    let spans = receiver.wait_for("span", "the call's span over gRPC", |s| has(s, "tools/call stat_file"));
+    assert_eq!(named(&spans, "tools/call stat_file")[0]["kind"], SERVER);
+    receiver.wait_for("metric", "the metrics over gRPC", |m| has(m, "mcp.server.operation.duration"));
+    let requests = receiver.records("request");
+    assert!(requests.iter().all(|r| r["contentType"] == "application/grpc"), "{requests:?}");
+    common::shut_down(gm);
 }

@@ -353,7 +353,11 @@ impl Server {
                 }
                 let reply = match self.on_request(&method, params, self.session.protocol) {
                     Ok(result) => {
-                        if let Some(span) = span {
+                        if let Some(mut span) = span {
+                            // initialize's span learns the version it negotiated.
+                            if let (None, Some(version)) = (span.protocol(), self.session.protocol) {
+                                span.set_protocol(version);
+                            }
                             span.end(telemetry::Outcome::Ok);
                         }
                         jsonrpc::result(&id, result)

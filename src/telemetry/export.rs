@@ -9,6 +9,8 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
@@ -37,9 +39,19 @@ pub enum ExportError {
     Header(String),
 }
 
+/// Spans the exporter handed to the collector, and those it refused or that failed to go
+/// (down, timed out). Spans ended but in neither were dropped: the queue was full, or they
+/// were still queued when the worker's flush gave up.
+#[derive(Debug, Default)]
+pub struct SpanCounts {
+    pub exported: AtomicU64,
+    pub failed: AtomicU64,
+}
+
 /// What [`build`] made.
 pub struct Providers {
     pub tracer: Option<SdkTracerProvider>,
+    pub counts: Arc<SpanCounts>,
     pub meter: Option<SdkMeterProvider>,
     /// The gRPC exporters' runtime, kept while they live.
     pub runtime: Option<tokio::runtime::Runtime>,
@@ -61,15 +73,16 @@ pub fn build(config: &OtelConfig, resource: Resource) -> Result<Providers, Expor
         None
     };
     let handle = runtime.as_ref().map(|r| r.handle().clone());
+    let counts = Arc::new(SpanCounts::default());
     let tracer = match &config.traces {
-        Some(signal) => Some(tracer_provider(signal, config, resource.clone(), handle.as_ref())?),
+        Some(signal) => Some(tracer_provider(signal, config, resource.clone(), handle.as_ref(), &counts)?),
         None => None,
     };
     let meter = match &config.metrics {
         Some(signal) => Some(meter_provider(signal, config, resource, handle.as_ref())?),
         None => None,
     };
-    Ok(Providers { tracer, meter, runtime })
+    Ok(Providers { tracer, counts, meter, runtime })
 }
 
 fn tracer_provider(
@@ -77,6 +90,7 @@ fn tracer_provider(
     config: &OtelConfig,
     resource: Resource,
     grpc: Option<&tokio::runtime::Handle>,
+    counts: &Arc<SpanCounts>,
 ) -> Result<SdkTracerProvider, ExportError> {
     let built = |source| ExportError::Build { signal: "trace", source };
     let builder = SdkTracerProvider::builder().with_resource(resource);
@@ -89,6 +103,7 @@ fn tracer_provider(
                 b = b.with_endpoint(endpoint);
             }
             let exporter = OnRuntime { inner: b.build().map_err(built)?, handle: handle.clone() };
+            let exporter = Counted { inner: exporter, counts: counts.clone() };
             builder.with_span_processor(BatchSpanProcessor::builder(exporter).build())
         }
         _ => {
@@ -99,7 +114,8 @@ fn tracer_provider(
             if let Some(endpoint) = &signal.endpoint {
                 b = b.with_endpoint(endpoint);
             }
-            builder.with_span_processor(BatchSpanProcessor::builder(b.build().map_err(built)?).build())
+            let exporter = Counted { inner: b.build().map_err(built)?, counts: counts.clone() };
+            builder.with_span_processor(BatchSpanProcessor::builder(exporter).build())
         }
     };
     Ok(builder.build())
@@ -150,6 +166,32 @@ fn metadata(config: &OtelConfig) -> Result<opentelemetry_otlp::tonic_types::meta
         map.insert(name, http::HeaderValue::from_str(v).map_err(|_| bad())?);
     }
     Ok(opentelemetry_otlp::tonic_types::metadata::MetadataMap::from_headers(map))
+}
+
+/// An exporter that counts what it sent and what failed ([`SpanCounts`]).
+#[derive(Debug)]
+struct Counted<E> {
+    inner: E,
+    counts: Arc<SpanCounts>,
+}
+
+impl<E: SpanExporter> SpanExporter for Counted<E> {
+    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+        let n = batch.len() as u64;
+        let result = self.inner.export(batch).await;
+        let count = if result.is_ok() { &self.counts.exported } else { &self.counts.failed };
+        count.fetch_add(n, Ordering::Relaxed);
+        result
+    }
+    fn shutdown_with_timeout(&mut self, timeout: Duration) -> OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+    fn force_flush(&mut self) -> OTelSdkResult {
+        self.inner.force_flush()
+    }
+    fn set_resource(&mut self, resource: &Resource) {
+        self.inner.set_resource(resource);
+    }
 }
 
 /// An exporter whose work runs inside a tokio runtime: tonic's connections and timers need its

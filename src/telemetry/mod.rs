@@ -14,7 +14,8 @@ mod metrics;
 pub mod replay;
 pub mod spans;
 
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
@@ -48,6 +49,10 @@ pub struct Telemetry {
     content: bool,
     /// What export was set to, for the worker's log.
     described: serde_json::Value,
+    /// Spans ended (handed to the batch processor).
+    ended: AtomicU64,
+    /// What the exporter sent and what failed.
+    counts: Arc<export::SpanCounts>,
     /// gRPC exporters' runtime; lives as long as the process.
     _runtime: Option<tokio::runtime::Runtime>,
 }
@@ -95,6 +100,8 @@ pub fn start(
         tracer,
         instruments,
         content: config.content,
+        ended: AtomicU64::new(0),
+        counts: providers.counts,
         _runtime: providers.runtime,
     };
     Ok(Some(TELEMETRY.get_or_init(|| telemetry)))
@@ -166,10 +173,38 @@ pub fn traceparent(cx: &Context) -> Option<String> {
     sc.is_valid().then(|| format!("00-{}-{}-{:02x}", sc.trace_id(), sc.span_id(), sc.trace_flags().to_u8()))
 }
 
+impl Telemetry {
+    /// A span ended (it goes to the batch processor's queue).
+    fn span_ended(&self) {
+        self.ended.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Spans ended, sent, failed (refused, timed out) and dropped (the queue was full, or
+    /// still queued): what the worker says at its exit.
+    pub fn span_counts(&self) -> (u64, u64, u64, u64) {
+        let ended = self.ended.load(Ordering::Relaxed);
+        let exported = self.counts.exported.load(Ordering::Relaxed);
+        let failed = self.counts.failed.load(Ordering::Relaxed);
+        (ended, exported, failed, ended.saturating_sub(exported + failed))
+    }
+}
+
 /// Sends what is still queued and stops the exporters, waiting at most [`FLUSH_LIMIT`]: a
-/// collector that is down or slow never holds a worker's exit longer. Off, it does nothing.
+/// collector that is down or slow never holds a worker's exit longer. Then says, on stderr
+/// (the worker's `.gm/worker.log`), how many spans did not reach the collector. Off, it does
+/// nothing.
 pub fn shutdown() {
     let Some(t) = get() else { return };
+    flush(t);
+    let (ended, exported, failed, dropped) = t.span_counts();
+    if failed + dropped > 0 {
+        eprintln!(
+            "gm: OpenTelemetry: {exported} of {ended} spans sent; {failed} failed (refused or unanswered by the collector), {dropped} dropped (queue full or unsent at exit)"
+        );
+    }
+}
+
+fn flush(t: &'static Telemetry) {
     let (done_tx, done_rx) = std::sync::mpsc::channel();
     // On a thread of its own: the SDK's shutdown waits for its export threads, which wait for
     // the collector; this thread is left behind if that takes too long.

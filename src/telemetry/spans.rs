@@ -85,6 +85,8 @@ pub fn host_context(meta: Option<&Map<String, Value>>) -> Context {
 /// A request's span, open until [`RequestSpan::end`] (or its drop, as cancelled).
 pub struct RequestSpan {
     telemetry: &'static Telemetry,
+    /// The `mcp.protocol.version` it carries, if known when it opened.
+    protocol: Option<String>,
     cx: Context,
     started: Instant,
     /// The metric's attributes: method and tool.
@@ -143,7 +145,8 @@ impl Telemetry {
         if let Some(m) = &self.instruments {
             m.in_flight.add(1, &[]);
         }
-        RequestSpan { telemetry: self, cx, started: Instant::now(), labels, ended: false }
+        let protocol = r.protocol.map(str::to_owned);
+        RequestSpan { telemetry: self, protocol, cx, started: Instant::now(), labels, ended: false }
     }
 
     /// Opens the INTERNAL span of one `gm.*` call of a body, under `parent` (its run_code's span).
@@ -197,6 +200,16 @@ impl RequestSpan {
         &self.cx
     }
 
+    pub fn protocol(&self) -> Option<&str> {
+        self.protocol.as_deref()
+    }
+
+    /// Sets `mcp.protocol.version` once it is known (initialize negotiates it).
+    pub fn set_protocol(&mut self, version: &str) {
+        self.cx.span().set_attribute(KeyValue::new("mcp.protocol.version", version.to_owned()));
+        self.protocol = Some(version.to_owned());
+    }
+
     /// With `GM_OTEL_CONTENT=1`, the call's arguments and result (already masked as for the
     /// log) go on the span; otherwise nothing.
     pub fn content(&self, arguments: &str, result: &str) {
@@ -227,6 +240,9 @@ impl RequestSpan {
             span.set_status(Status::error(description));
         }
         span.end();
+        if self.telemetry.tracer.is_some() {
+            self.telemetry.span_ended();
+        }
         if let Some(m) = &self.telemetry.instruments {
             m.in_flight.add(-1, &[]);
             let mut labels = std::mem::take(&mut self.labels);
@@ -264,7 +280,9 @@ impl ToolSpan {
             span.set_status(Status::error(code.to_owned()));
         }
         span.end();
-        let _ = self.telemetry;
+        if self.telemetry.tracer.is_some() {
+            self.telemetry.span_ended();
+        }
     }
 }
 

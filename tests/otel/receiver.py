@@ -2,10 +2,11 @@
 with the official protobuf classes (the opentelemetry-proto package) and appends one JSON line
 per span and per metric to a file, in a flat shape the test reads easily.
 
-    python receiver.py OUT_FILE [--status CODE] [--hang]
+    python receiver.py OUT_FILE [--status CODE] [--hang] [--grpc]
 
 Prints the port it listens on (127.0.0.1), then serves until killed. --status answers every
-export with that status (a collector refusing); --hang never answers (a collector stuck).
+export with that status (a collector refusing); --hang never answers (a collector stuck);
+--grpc serves OTLP/gRPC instead (grpcio, with the package's generated services).
 Every request's path and content type is recorded too (signal "request"), before decoding.
 """
 
@@ -92,12 +93,17 @@ def main():
     parser.add_argument("out")
     parser.add_argument("--status", type=int, default=200)
     parser.add_argument("--hang", action="store_true")
+    parser.add_argument("--grpc", action="store_true")
     args = parser.parse_args()
 
     def write(records):
         with LOCK, open(args.out, "a", encoding="utf-8") as f:
             for r in records:
                 f.write(json.dumps(r) + "\n")
+
+    if args.grpc:
+        serve_grpc(write)
+        return
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self):
@@ -132,6 +138,35 @@ def main():
     print(server.server_address[1], flush=True)
     sys.stdout.close()
     server.serve_forever()
+
+
+def serve_grpc(write):
+    from concurrent import futures
+
+    import grpc
+    from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+
+    class Traces(trace_service_pb2_grpc.TraceServiceServicer):
+        def Export(self, request, context):
+            write([{"signal": "request", "path": "grpc:traces", "contentType": "application/grpc"}])
+            write(spans(request))
+            return trace_service_pb2.ExportTraceServiceResponse()
+
+    class Metrics(metrics_service_pb2_grpc.MetricsServiceServicer):
+        def Export(self, request, context):
+            write([{"signal": "request", "path": "grpc:metrics", "contentType": "application/grpc"}])
+            write(metrics(request))
+            return metrics_service_pb2.ExportMetricsServiceResponse()
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Traces(), server)
+    metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(Metrics(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    print(port, flush=True)
+    sys.stdout.close()
+    server.wait_for_termination()
 
 
 if __name__ == "__main__":
