@@ -307,6 +307,7 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
                 stateless: false,
                 pipes: false,
                 direct: false,
+                http: false,
             };
             let out = StdoutWriter::default().start().recipient();
             let server = worker

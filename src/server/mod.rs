@@ -424,10 +424,10 @@ impl Server {
         }))
     }
 
-    /// `network.transport`: the HTTP listener's connection is TCP, every other session the
+    /// `network.transport`: the HTTP listener's sessions are TCP, every other session the
     /// host's pipes (through a relay or not).
     fn transport(&self) -> telemetry::Transport {
-        if self.conn.stateless {
+        if self.conn.stateless || self.conn.http {
             telemetry::Transport::Tcp
         } else {
             telemetry::Transport::Pipe
