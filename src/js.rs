@@ -168,17 +168,25 @@ impl JsHost for Host {
                 };
                 ctx.log(secrets.log_event("code-call", &fields));
             }
-            if let Some(span) = span {
-                let code = result.as_ref().err().and_then(|e| e.get("code")).and_then(Value::as_str);
-                span.end(code.or(result.is_err().then_some("error")));
-            }
-            match result {
+            let code = result.as_ref().err().and_then(|e| e.get("code")).and_then(Value::as_str).map(str::to_owned);
+            let failed = result.is_err();
+            let out = match result {
                 Ok(value) => Ok(secrets.redact_json(value)),
                 Err(mut error) => {
                     secrets.redact_value(&mut error);
                     Err(serde_json::value::to_raw_value(&error).unwrap_or_else(|_| null_json()))
                 }
+            };
+            if let Some(span) = span {
+                if span.wants_content() {
+                    let shown = match &out {
+                        Ok(v) | Err(v) => v.get(),
+                    };
+                    span.content(ctx.blobs.args_for_log(&args, &secrets).get(), shown);
+                }
+                span.end(code.as_deref().or(failed.then_some("error")));
             }
+            out
         });
         Box::pin(async move {
             task.await.unwrap_or_else(|e| {

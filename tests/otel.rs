@@ -171,6 +171,8 @@ fn run_code_requests_and_their_gm_calls_are_spans_in_the_hosts_trace() {
     assert!(attrs["jsonrpc.request.id"].is_string(), "{attrs}");
     assert!(attrs.get("error.type").is_none(), "{attrs}");
     assert!(attrs.get("gen_ai.tool.call.arguments").is_none(), "content is off by default: {attrs}");
+    let sent = std::fs::read_to_string(&receiver.out).expect("received");
+    assert!(!sent.contains("gen_ai.tool.call"), "no span carries content by default");
 
     for (verb, error) in [("stat_file", None), ("read_file", Some(missing.as_str()))] {
         let span = named(&spans, &format!("execute_tool {verb}"))[0];
@@ -252,7 +254,12 @@ fn tools_surface_calls_carry_tool_errors_content_and_the_mcp_metrics() {
     assert_eq!(failed_point["attributes"]["mcp.method.name"], "tools/call");
     assert_eq!(failed_point["attributes"]["error.type"], "tool_error");
     assert!(failed_point["count"].as_u64() >= Some(1));
-    assert!(named(&metrics, "mcp.server.session.duration").iter().all(|m| m["kind"] == "histogram"));
+    assert_eq!(failed_point["attributes"]["network.transport"], "pipe");
+    let sessions = named(&metrics, "mcp.server.session.duration");
+    assert!(sessions.iter().all(|m| m["kind"] == "histogram"), "{sessions:?}");
+    let session = sessions.iter().flat_map(|m| m["points"].as_array().into_iter().flatten()).next().expect("a point");
+    assert_eq!(session["attributes"]["mcp.protocol.version"], "2025-11-25");
+    assert_eq!(session["attributes"]["network.transport"], "pipe");
     let in_flight = named(&metrics, "gm.requests.in_flight");
     assert!(in_flight.iter().all(|m| m["kind"] == "sum" && m["monotonic"] == false), "{in_flight:?}");
     stop_worker(&gm.workspace);
@@ -350,7 +357,8 @@ fn a_child_servers_call_is_a_client_span_whose_traceparent_the_child_receives() 
     std::fs::write(ws.join(".gm/mcp.json"), server.to_string()).expect("mcp.json");
     // Approvals live in the HOME the tests of workspace servers share.
     common::approve_workspace_servers(&ws);
-    let env = export_env(&receiver.endpoint(), &common::trust_home());
+    let mut env = export_env(&receiver.endpoint(), &common::trust_home());
+    env.push(("GM_OTEL_CONTENT".into(), "1".into()));
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let mut gm = Gm::start_in(&ws, &[], &env);
     gm.ready();
@@ -367,6 +375,10 @@ fn a_child_servers_call_is_a_client_span_whose_traceparent_the_child_receives() 
     assert_eq!(client["traceId"], body_call["traceId"]);
     assert_eq!(client["attributes"]["gm.child.server"], "t");
     assert_eq!(client["attributes"]["gen_ai.tool.name"], "echo");
+    // With GM_OTEL_CONTENT=1 the body's call carries its arguments and result too.
+    let args = body_call["attributes"]["gen_ai.tool.call.arguments"].as_str().expect("arguments");
+    assert_eq!(serde_json::from_str::<Value>(args).expect("JSON"), json!({ "x": 1 }));
+    assert!(body_call["attributes"]["gen_ai.tool.call.result"].as_str().is_some_and(|r| r.contains("\"echo\"")));
     let ids = (client["traceId"].as_str().expect("trace"), client["spanId"].as_str().expect("span"));
     assert_eq!(sent, format!("00-{}-{}-01", ids.0, ids.1), "the child's parent is gm's CLIENT span");
 

@@ -744,7 +744,8 @@ impl Server {
         }
         self.log("session-end", fields);
         if let Some(t) = telemetry::get() {
-            t.session_ended(self.session.opened.elapsed());
+            let protocol = self.session.protocol.or(self.session.stateless_seen.then_some(modern::VERSION));
+            t.session_ended(self.session.opened.elapsed(), protocol, self.transport());
         }
         let log = self.app.ctx.log.clone();
         let flushed = async move {

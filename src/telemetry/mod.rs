@@ -150,10 +150,14 @@ impl Telemetry {
         }
     }
 
-    /// Records a session's whole time.
-    pub fn session_ended(&self, duration: Duration) {
+    /// Records a session's whole time, by its protocol version and transport.
+    pub fn session_ended(&self, duration: Duration, protocol: Option<&str>, transport: Transport) {
         if let Some(m) = &self.instruments {
-            m.session.record(duration.as_secs_f64(), &[]);
+            let mut labels = vec![KeyValue::new("network.transport", transport.as_str())];
+            if let Some(version) = protocol {
+                labels.push(KeyValue::new("mcp.protocol.version", version.to_owned()));
+            }
+            m.session.record(duration.as_secs_f64(), &labels);
         }
     }
 }

@@ -25,6 +25,15 @@ pub enum Transport {
     Tcp,
 }
 
+impl Transport {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Pipe => "pipe",
+            Transport::Tcp => "tcp",
+        }
+    }
+}
+
 /// One request, as the conventions describe it.
 pub struct Request<'a> {
     pub method: &'a str,
@@ -109,18 +118,15 @@ impl Telemetry {
             KeyValue::new("mcp.method.name", r.method.to_owned()),
             KeyValue::new("mcp.session.id", r.session.to_owned()),
             KeyValue::new("jsonrpc.request.id", id),
-            KeyValue::new(
-                "network.transport",
-                match r.transport {
-                    Transport::Pipe => "pipe",
-                    Transport::Tcp => "tcp",
-                },
-            ),
+            KeyValue::new("network.transport", r.transport.as_str()),
         ];
         if let Some(version) = r.protocol {
             attributes.push(KeyValue::new("mcp.protocol.version", version.to_owned()));
         }
-        let mut labels = vec![KeyValue::new("mcp.method.name", r.method.to_owned())];
+        let mut labels = vec![
+            KeyValue::new("mcp.method.name", r.method.to_owned()),
+            KeyValue::new("network.transport", r.transport.as_str()),
+        ];
         match (r.method, r.target) {
             ("tools/call", Some(tool)) => {
                 attributes.push(KeyValue::new("gen_ai.tool.name", tool.to_owned()));
@@ -270,6 +276,22 @@ impl ToolSpan {
     /// The span as a parent (a child server's call goes under it).
     pub fn context(&self) -> &Context {
         &self.cx
+    }
+
+    /// Whether arguments and results go on spans (`GM_OTEL_CONTENT=1`): the caller masks
+    /// them only then.
+    pub fn wants_content(&self) -> bool {
+        self.telemetry.content
+    }
+
+    /// The call's arguments and result, masked as for the log (`GM_OTEL_CONTENT=1` only).
+    pub fn content(&self, arguments: &str, result: &str) {
+        if !self.telemetry.content {
+            return;
+        }
+        let span = self.cx.span();
+        span.set_attribute(KeyValue::new("gen_ai.tool.call.arguments", cut(arguments)));
+        span.set_attribute(KeyValue::new("gen_ai.tool.call.result", cut(result)));
     }
 
     /// Ends it; `error`: the call's error code.
