@@ -71,8 +71,7 @@ impl Server {
     /// call's future first runs: the read gate, the run's state, and the call's entry in the
     /// running table, so a cancel that arrives in the same read as its call finds it.
     pub(super) fn start_call(&mut self, call: mcp::ToolCall) -> Later {
-        let meta = call.meta.as_ref().map(|m| Value::Object(m.clone()));
-        let span = self.request_span(&call.id, "tools/call", Some(&call.name), meta.as_ref());
+        let span = self.request_span(&call.id, "tools/call", Some(&call.name), call.meta.as_ref());
         let Some(traits) = surface::traits(self.conn.surface, &call.name) else {
             let err = RpcError::invalid_params(format!("unknown tool: {}", call.name))
                 .with_data(json!({ "surface": self.conn.surface.as_str() }));
@@ -169,7 +168,8 @@ async fn call_tool(
         wrote_outside: &wrote_outside,
         span: span_id.as_deref(),
     };
-    let error_code = fields.error.and_then(Value::as_str).map(str::to_owned);
+    // Only a span needs it after the event is written.
+    let error_code = span.as_ref().and(fields.error).and_then(Value::as_str).map(str::to_owned);
     if let Some(log) = &app.ctx.log {
         log.do_send(secrets.log_event("action", &fields).in_scope(Some(&scope)));
     }

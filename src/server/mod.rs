@@ -340,14 +340,14 @@ impl Server {
                     return match mcp::ToolCall::from_params(id.clone(), &params) {
                         Ok(call) => Reply::Later(self.start_call(call)),
                         Err(e) => {
-                            if let Some(span) = self.request_span(&id, &method, None, params.get("_meta")) {
+                            if let Some(span) = self.request_span(&id, &method, None, meta_of(&params)) {
                                 span.end(telemetry::Outcome::RpcError(e.code));
                             }
                             Reply::Now(Some(jsonrpc::error(&id, &e)))
                         }
                     };
                 }
-                let span = self.request_span(&id, &method, request_target(&method, &params), params.get("_meta"));
+                let span = self.request_span(&id, &method, request_target(&method, &params), meta_of(&params));
                 if let Some(later) = self.later_request(&id, &method) {
                     return Reply::Later(traced(later, span));
                 }
@@ -408,10 +408,9 @@ impl Server {
         id: &Value,
         method: &str,
         target: Option<&str>,
-        meta: Option<&Value>,
+        meta: Option<&serde_json::Map<String, Value>>,
     ) -> Option<telemetry::RequestSpan> {
         let t = telemetry::get()?;
-        let meta = meta.and_then(Value::as_object);
         let modern = meta.is_some_and(|m| m.contains_key(modern::PROTOCOL_VERSION_KEY));
         Some(t.request(&telemetry::Request {
             method,
@@ -602,6 +601,11 @@ impl Handler<Incoming> for Server {
             Incoming::Closed => self.end(End::Closed, ctx),
         }
     }
+}
+
+/// A request's `params._meta`, where a host puts its traceparent.
+fn meta_of(params: &Value) -> Option<&serde_json::Map<String, Value>> {
+    params.get("_meta")?.as_object()
 }
 
 /// What a request's span names after its method: a resource's URI, a prompt's name.

@@ -105,7 +105,7 @@ impl Server {
             call.modern = true;
             return Reply::Later(self.start_stateless_call(call, envelope.elicitation));
         }
-        let span = self.request_span(&id, method, super::request_target(method, &params), params.get("_meta"));
+        let span = self.request_span(&id, method, super::request_target(method, &params), super::meta_of(&params));
         let reply = match self.on_request(method, params, Some(modern::VERSION)) {
             Ok(result) => {
                 if let Some(span) = span {
