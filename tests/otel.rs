@@ -541,3 +541,21 @@ fn a_session_over_http_is_network_transport_tcp() {
     common::stop_http_front(&mut front);
     stop_worker(&ws);
 }
+
+#[test]
+fn the_users_config_file_alone_turns_export_on() {
+    let receiver = Receiver::start(&[]);
+    let home = tempfile::tempdir().expect("home");
+    std::fs::create_dir_all(home.path().join(".gmnew")).expect("gmnew");
+    let config = json!({ "otel": { "endpoint": receiver.endpoint(), "serviceName": "gm-from-file" } });
+    std::fs::write(home.path().join(".gmnew/config.json"), config.to_string()).expect("config");
+    let home_s = home.path().to_string_lossy().into_owned();
+    let env = [("HOME", home_s.as_str()), ("OTEL_BSP_SCHEDULE_DELAY", "100")];
+    let mut gm = Gm::start_in_temp(&["--surface", "tools"], &env);
+    gm.initialize("2025-11-25");
+    std::fs::write(gm.workspace.join("a.txt"), "x").expect("write");
+    gm.call_ok("stat_file", json!({ "path": "a.txt" }));
+    let spans = receiver.wait_for("span", "the call's span", |s| has(s, "tools/call stat_file"));
+    assert_eq!(named(&spans, "tools/call stat_file")[0]["resource"]["service.name"], "gm-from-file");
+    common::shut_down(gm);
+}
