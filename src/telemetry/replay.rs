@@ -2,7 +2,7 @@
 //!
 //! Each `action` event (one tools/call) becomes a SERVER span and each `code-call` event (one
 //! `gm.*` call of a body) an INTERNAL span under the run_code call of its session whose time
-//! holds it. A span ends at its event's `ts` and lasts its `ms`. Ids are the live span's when
+//! holds it, with a CLIENT span under that when the call went to a child server's tool. A span ends at its event's `ts` and lasts its `ms`. Ids are the live span's when
 //! the event logged one (`span`), else derived from the log's `seq` (and run), so sending the
 //! same log twice sends the same ids, which collectors merge instead of duplicating. A host's
 //! `traceparent` stays the parent.
@@ -164,12 +164,33 @@ fn spans_of(events: &[Value]) -> Vec<Recorded> {
         if let Some(code) = &error {
             attributes.push(KeyValue::new("error.type", code.clone()));
         }
+        let span_id = derived_span(e, seq);
+        // A child server's tool: gm's call to it is a CLIENT span under the body's call.
+        if let (Some(server), Some(tool)) = (e["server"].as_str(), e["tool"].as_str()) {
+            calls.push(Recorded {
+                seq,
+                name: format!("tools/call {tool}"),
+                kind: SpanKind::Client,
+                trace_id,
+                span_id: derived_id("gm-client", e, seq),
+                parent: Some(span_id),
+                start,
+                end,
+                attributes: vec![
+                    KeyValue::new("mcp.method.name", "tools/call"),
+                    KeyValue::new("gen_ai.operation.name", "execute_tool"),
+                    KeyValue::new("gen_ai.tool.name", tool.to_owned()),
+                    KeyValue::new("gm.child.server", server.to_owned()),
+                ],
+                error: error.clone(),
+            });
+        }
         calls.push(Recorded {
             seq,
             name: format!("execute_tool {verb}"),
             kind: SpanKind::Internal,
             trace_id,
-            span_id: derived_span(e, seq),
+            span_id,
             parent,
             start,
             end,
@@ -178,7 +199,8 @@ fn spans_of(events: &[Value]) -> Vec<Recorded> {
         });
     }
     actions.append(&mut calls);
-    actions.sort_by_key(|s| s.seq);
+    // By seq, a call's INTERNAL span before its CLIENT span (a stable sort keeps the rest).
+    actions.sort_by_key(|s| (s.seq, s.kind == SpanKind::Client));
     actions
 }
 
@@ -275,7 +297,12 @@ fn derived_trace(e: &Value, seq: u64) -> TraceId {
 
 /// A span id from the event's run and seq.
 fn derived_span(e: &Value, seq: u64) -> SpanId {
-    let d = digest("gm-span", e, seq);
+    derived_id("gm-span", e, seq)
+}
+
+/// A span id of kind `what` (one event can make two spans) from the event's run and seq.
+fn derived_id(what: &str, e: &Value, seq: u64) -> SpanId {
+    let d = digest(what, e, seq);
     let mut id = [0u8; 8];
     id.copy_from_slice(&d[..8]);
     id[0] |= 1;
@@ -317,6 +344,20 @@ mod tests {
         assert_eq!(tool.parent, None);
         assert_ne!(tool.trace_id, body.trace_id);
         assert!(tool.attributes.iter().any(|kv| kv.key.as_str() == "error.type"));
+    }
+
+    #[test]
+    fn a_child_tools_call_is_a_client_span_under_the_bodys_call() {
+        let mut e = events();
+        e[0]["verb"] = json!("t_echo");
+        e[0]["server"] = json!("t");
+        e[0]["tool"] = json!("echo");
+        let spans = spans_of(&e);
+        let call = spans.iter().find(|s| s.name == "execute_tool t_echo").expect("the body's call");
+        let client = spans.iter().find(|s| s.name == "tools/call echo").expect("the CLIENT span");
+        assert_eq!(client.kind, SpanKind::Client);
+        assert_eq!((client.trace_id, client.parent), (call.trace_id, Some(call.span_id)));
+        assert_ne!(client.span_id, call.span_id);
     }
 
     #[test]
