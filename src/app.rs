@@ -40,6 +40,8 @@ pub struct Conn {
     pub stateless: bool,
     /// The worker reads and writes the host's own stdin and stdout (`crate::worker::direct`).
     pub direct: bool,
+    /// The host speaks HTTP to the HTTP listener.
+    pub http: bool,
 }
 
 /// Which tools a session is served: `code` (default) — `next_context`, `run_code`, `finish`,

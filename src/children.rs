@@ -540,14 +540,41 @@ impl Children {
     /// `isError: true` is a failed call. Past the server's `timeoutMs`, or on `cancel`, the call
     /// is withdrawn and the child is sent `notifications/cancelled`. A server that is not
     /// running is started first (waiting for it stops on `cancel` too).
-    pub async fn call(&self, tool: &ChildTool, args: Value, cancel: &CancelToken) -> Result<Value, VerbError> {
+    ///
+    /// `parent`: the span the call is made under, while export is on; the call's CLIENT span
+    /// goes under it, and its traceparent to the child in `params._meta`.
+    pub async fn call(
+        &self,
+        tool: &ChildTool,
+        args: Value,
+        cancel: &CancelToken,
+        parent: Option<&opentelemetry::Context>,
+    ) -> Result<Value, VerbError> {
+        let span = parent.zip(crate::telemetry::get()).map(|(p, t)| t.child_call(p, &tool.server, &tool.tool));
+        let result = self.call_traced(tool, args, cancel, span.as_ref()).await;
+        if let Some(span) = span {
+            span.end(result.as_ref().err().map(VerbError::code));
+        }
+        result
+    }
+
+    async fn call_traced(
+        &self,
+        tool: &ChildTool,
+        args: Value,
+        cancel: &CancelToken,
+        span: Option<&crate::telemetry::ToolSpan>,
+    ) -> Result<Value, VerbError> {
         let timeout = {
             let servers = lock(&self.servers);
             let server = servers.get(&tool.server).ok_or_else(|| VerbError::UnknownVerb(tool.name.clone()))?;
             server.spec.call_timeout
         };
         let session = self.connect(&tool.server, cancel).await?;
-        let params = json!({ "name": tool.tool, "arguments": args });
+        let mut params = json!({ "name": tool.tool, "arguments": args });
+        if let Some(traceparent) = span.and_then(|s| crate::telemetry::traceparent(s.context())) {
+            params["_meta"] = json!({ "traceparent": traceparent });
+        }
         let result = session.conn.request("tools/call", params, timeout, cancel).await.map_err(|e| match e {
             ConnError::Cancelled => VerbError::Cancelled,
             ConnError::Timeout { .. } => VerbError::Timeout(format!("{}: {e}", tool.name)),
@@ -593,6 +620,9 @@ impl Children {
                 };
                 self.settle(&server);
                 self.offered_changed();
+                if let Some(t) = crate::telemetry::get() {
+                    t.child_start(&server, true);
+                }
                 self.log(
                     "mcp-server",
                     json!({
@@ -613,6 +643,9 @@ impl Children {
                 }
                 self.settle(&server);
                 self.offered_changed();
+                if let Some(t) = crate::telemetry::get() {
+                    t.child_start(&server, false);
+                }
                 self.log(
                     "mcp-server",
                     json!({

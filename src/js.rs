@@ -44,11 +44,14 @@ pub struct Host {
     body: u64,
     /// The session's way to ask its user whether a workspace server may start.
     consent: Option<Asker>,
+    /// The run_code call's span while export is on: each `gm.*` call's span hangs under it.
+    span: Option<opentelemetry::Context>,
 }
 
 impl Host {
+    /// Made while the run_code call runs, so its span is the current one.
     pub fn new(ctx: Ctx, body: u64, consent: Option<Asker>) -> Self {
-        Self { ctx, body, consent }
+        Self { ctx, body, consent, span: crate::telemetry::current_parent() }
     }
 }
 
@@ -120,6 +123,10 @@ impl JsHost for Host {
         let ctx = self.ctx.clone();
         let body = self.body;
         let consent = self.consent.clone();
+        let span = match (&self.span, crate::telemetry::get()) {
+            (Some(parent), Some(t)) => Some(t.tool_call(parent, &name)),
+            _ => None,
+        };
         // The call runs as a task of its own: a body that is interrupted or cancelled stops
         // waiting for it, but the call still ends (a cancellable one at once) and is logged.
         let task = tokio::spawn(async move {
@@ -132,7 +139,7 @@ impl JsHost for Host {
                     (called.result, called.in_flight, None, called.wrote_outside)
                 }
                 Ok(Some(tool)) => {
-                    let (result, in_flight) = call_child(&ctx, &tool, &args).await;
+                    let (result, in_flight) = call_child(&ctx, &tool, &args, span.as_ref().map(|s| s.context())).await;
                     (result, in_flight, Some(tool), Vec::new())
                 }
                 // Cancelled while its server started, or the server could not start.
@@ -161,13 +168,25 @@ impl JsHost for Host {
                 };
                 ctx.log(secrets.log_event("code-call", &fields));
             }
-            match result {
+            let code = result.as_ref().err().and_then(|e| e.get("code")).and_then(Value::as_str).map(str::to_owned);
+            let failed = result.is_err();
+            let out = match result {
                 Ok(value) => Ok(secrets.redact_json(value)),
                 Err(mut error) => {
                     secrets.redact_value(&mut error);
                     Err(serde_json::value::to_raw_value(&error).unwrap_or_else(|_| null_json()))
                 }
+            };
+            if let Some(span) = span {
+                if span.wants_content() {
+                    let shown = match &out {
+                        Ok(v) | Err(v) => v.get(),
+                    };
+                    span.content(ctx.blobs.args_for_log(&args, &secrets).get(), shown);
+                }
+                span.end(code.as_deref().or(failed.then_some("error")));
             }
+            out
         });
         Box::pin(async move {
             task.await.unwrap_or_else(|e| {
@@ -183,7 +202,12 @@ impl JsHost for Host {
 }
 
 /// A child tool's call, admitted like a verb's: its result as the child sent it.
-async fn call_child(ctx: &Ctx, tool: &ChildTool, args: &RawValue) -> (Result<Json, VerbError>, usize) {
+async fn call_child(
+    ctx: &Ctx,
+    tool: &ChildTool,
+    args: &RawValue,
+    span: Option<&opentelemetry::Context>,
+) -> (Result<Json, VerbError>, usize) {
     let permit = tokio::select! {
         biased;
         () = ctx.cancel.cancelled() => return (Err(VerbError::Cancelled), 0),
@@ -196,7 +220,7 @@ async fn call_child(ctx: &Ctx, tool: &ChildTool, args: &RawValue) -> (Result<Jso
         Ok(_) => return (Err(VerbError::InvalidArgs("a tool's arguments are an object".into())), in_flight),
         Err(e) => return (Err(VerbError::InvalidArgs(e.to_string())), in_flight),
     };
-    let result = ctx.children.call(tool, args, &ctx.cancel).await.and_then(|v| verbs::to_json(&v));
+    let result = ctx.children.call(tool, args, &ctx.cancel, span).await.and_then(|v| verbs::to_json(&v));
     drop(permit);
     (result, in_flight)
 }

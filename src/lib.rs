@@ -32,6 +32,7 @@ pub mod secrets;
 pub mod serve;
 pub mod server;
 pub mod skills;
+pub mod telemetry;
 pub mod text;
 pub mod trust;
 pub mod update;

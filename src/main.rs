@@ -156,6 +156,13 @@ fn cli() -> Command {
             .arg(Arg::new("json").long("json").action(ArgAction::SetTrue).help("Print the report as JSON")),
     );
     cmd = cmd.subcommand(
+        Command::new("otel-export")
+            .about("Send a recorded run log to the OpenTelemetry collector the OTEL_* variables (or ~/.gmnew/config.json) name, as the spans gm exports live")
+            .arg(workspace_arg())
+            .arg(Arg::new("log").long("log").value_parser(value_parser!(PathBuf)).help("The log to send [default: <workspace>/.gm/log.jsonl]"))
+            .arg(Arg::new("since").long("since").value_parser(value_parser!(u64)).help("Only events from this seq on")),
+    );
+    cmd = cmd.subcommand(
         Command::new("status")
             .about("Show the workspace's worker: its build, sessions, jobs, background bodies and child servers")
             .arg(workspace_arg())
@@ -368,6 +375,12 @@ fn main() -> ExitCode {
     }
     if name == "status" {
         return status(&workspace_of(sub), sub.get_flag("json"));
+    }
+    if name == "otel-export" {
+        let log = sub.get_one::<PathBuf>("log").cloned().unwrap_or_else(|| workspace_of(sub).join(".gm/log.jsonl"));
+        let since = sub.get_one::<u64>("since").copied();
+        let home = gm::sandbox_config::home_config();
+        return report(name, gm::telemetry::replay::export_log(&log, since, home.as_deref()));
     }
     let path = |id: &str| sub.get_one::<PathBuf>(id).cloned();
     if name == "install" {

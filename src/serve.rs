@@ -190,6 +190,16 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
     let listener = sys::local::Listener::bind(&socket_path).map_err(ServeError::Socket)?;
     let worker_id = format!("worker-{}", new_run_id());
     write_life_lock(&life, &worker_id, &socket_path);
+    // OpenTelemetry export, when the user turned it on; before the arbiters, whose calls it
+    // watches. A setting gm cannot use is said (and logged below), and gm serves without export.
+    let workspace_name = workspace.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let telemetry = crate::telemetry::start(
+        &crate::telemetry::Worker { workspace_name: &workspace_name, worker_id: &worker_id },
+        crate::sandbox_config::home_config().as_deref(),
+    );
+    if let Err(e) = &telemetry {
+        eprintln!("gm: OpenTelemetry export is off: {e}");
+    }
     let system = System::new();
     let started: Result<(), ServeError> = system.block_on(async {
         let state_dir = files.state_dir.clone();
@@ -246,6 +256,11 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
                 "repairedBytes": report.repaired_bytes,
             }),
         ));
+        match &telemetry {
+            Ok(Some(t)) => log.do_send(Event::new("otel", json!({ "exporting": t.describe() }))),
+            Ok(None) => {}
+            Err(e) => log.do_send(Event::new("otel", json!({ "error": e.to_string() }))),
+        }
         if let Some(fields) = gitignore::own_folder_event(&state_dir) {
             log.do_send(Event::new("gitignore", fields));
         }
@@ -296,6 +311,7 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
                 stateless: false,
                 pipes: false,
                 direct: false,
+                http: false,
             };
             let out = StdoutWriter::default().start().recipient();
             let server = worker
@@ -326,6 +342,9 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
     // stdin's flags are shared with the parent: give them back however gm stops.
     sys::restore_stdin();
     drop(life);
+    // The last spans go out, or are given up after at most two seconds (the workspace is
+    // already free for the next worker).
+    crate::telemetry::shutdown();
     code
 }
 

@@ -359,7 +359,7 @@ async fn a_server_approved_at_run_time_is_recorded_started_and_answers() {
     let cancel = gm_actors::cancel::CancelToken::default();
     let tool = children.find_or_start("evil_echo", &cancel).await.expect("started").expect("its tools are there");
     assert!(repo.marker().exists(), "started by the time its first call found it");
-    let r = children.call(&tool, json!({ "k": 1 }), &cancel).await.expect("call");
+    let r = children.call(&tool, json!({ "k": 1 }), &cancel, None).await.expect("call");
     assert_eq!(r["structuredContent"]["echo"], json!({ "k": 1 }));
     assert!(matches!(children.approve("evil"), Err(ApproveError::NotWaiting(_))));
     assert!(matches!(children.approve("nobody"), Err(ApproveError::NotWaiting(_))));

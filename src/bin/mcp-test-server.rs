@@ -167,6 +167,10 @@ fn main() {
                     "echo" | "read_file" | "reset" => {
                         let mut r = text(args.to_string());
                         r["structuredContent"] = json!({ "echo": args, "server": opts.name });
+                        // What the caller put in `_meta` (a traceparent), for tests/otel.rs.
+                        if let Some(meta) = msg["params"].get("_meta") {
+                            r["structuredContent"]["meta"] = meta.clone();
+                        }
                         send(reply(r));
                     }
                     "sleep" => {

@@ -344,6 +344,7 @@ async fn serve(
         stateless: false,
         pipes: false,
         direct: false,
+        http: true,
     };
     let hosts = if addr.ip().is_loopback() { Guard::loopback_hosts(bound) } else { Vec::new() };
     let timeline = Events::new(page::TIMELINE_KEEP, page::MAX_PAGES);

@@ -396,6 +396,7 @@ mod tests {
             stateless: false,
             pipes: true,
             direct: false,
+            http: false,
         }
     }
 

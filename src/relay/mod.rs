@@ -296,6 +296,7 @@ impl Relay {
             stateless: false,
             pipes: true,
             direct: false,
+            http: false,
         };
         let direct = direct::eligible().then(|| direct::Direct::new(opts.max_line_bytes));
         Relay {

@@ -11,10 +11,12 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
 
+use futures::future::Either;
 use futures::FutureExt;
 use gm_actors::cancel::CancelToken;
 use gm_actors::log_writer::Scope;
 use gm_actors::transport::Send as SendLine;
+use opentelemetry::context::FutureExt as _;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
@@ -25,6 +27,7 @@ use crate::js::millis;
 use crate::protocol::jsonrpc::{self, RpcError};
 use crate::protocol::mcp::{self, Fitted};
 use crate::run::{self, ToolFuture, ToolOutput};
+use crate::telemetry;
 use crate::verbs::{self, Json, Traits, VerbError};
 
 /// The fields of a call's `action` event, written to the log without building a JSON value.
@@ -50,6 +53,10 @@ struct ActionFields<'a> {
     /// Files outside the workspace written through a link (see `Ctx::wrote_through_link`).
     #[serde(rename = "wroteOutside", skip_serializing_if = "<[String]>::is_empty")]
     wrote_outside: &'a [String],
+    /// gm's own span for the call, as a W3C traceparent, while export is on: its trace is the
+    /// host's when the host sent one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    span: Option<&'a str>,
 }
 
 /// What a call runs, decided at its arrival.
@@ -64,9 +71,13 @@ impl Server {
     /// call's future first runs: the read gate, the run's state, and the call's entry in the
     /// running table, so a cancel that arrives in the same read as its call finds it.
     pub(super) fn start_call(&mut self, call: mcp::ToolCall) -> Later {
+        let span = self.request_span(&call.id, "tools/call", Some(&call.name), call.meta.as_ref());
         let Some(traits) = surface::traits(self.conn.surface, &call.name) else {
             let err = RpcError::invalid_params(format!("unknown tool: {}", call.name))
                 .with_data(json!({ "surface": self.conn.surface.as_str() }));
+            if let Some(span) = span {
+                span.end(telemetry::Outcome::RpcError(err.code));
+            }
             let reply = jsonrpc::error(&call.id, &err).to_string();
             return Later { future: Box::pin(futures::future::ready(Some(reply))), call: None };
         };
@@ -89,12 +100,13 @@ impl Server {
         // The run the call belongs to: the one current once it arrived (a next_context after a
         // finish starts a new one).
         let scope = self.session.run.scope().clone();
-        let future = call_tool(self.app.clone(), self.conn.clone(), call, traits, work, cancel, scope);
+        let future = call_tool(self.app.clone(), self.conn.clone(), call, traits, work, cancel, scope, span);
         Later { future: Box::pin(future), call: Some(key) }
     }
 }
 
 /// The rest of one call: run it, log its action event, build its reply line.
+#[allow(clippy::too_many_arguments)] // each is the call's own, moved in once from its arrival
 async fn call_tool(
     app: Rc<App>,
     conn: Rc<Conn>,
@@ -103,6 +115,7 @@ async fn call_tool(
     work: Work,
     cancel: CancelToken,
     scope: Scope,
+    span: Option<telemetry::RequestSpan>,
 ) -> Option<String> {
     let mcp::ToolCall { id, name, args, meta, modern } = call;
     let budget = match &work {
@@ -112,6 +125,11 @@ async fn call_tool(
     let started = Instant::now();
     let ticker = traits.progress.then(|| progress_ticker(&app, &conn, meta.as_ref())).flatten();
     let run = run_work(&app, &name, &args, work, cancel.clone(), &scope);
+    // What the call runs sees its span as current: a body's `gm.*` calls hang under it.
+    let run = match &span {
+        Some(span) => Either::Left(run.with_context(span.context().clone())),
+        None => Either::Right(run),
+    };
     let (outcome, in_flight, wrote_outside) =
         std::panic::AssertUnwindSafe(run).catch_unwind().await.unwrap_or_else(|panic| {
             (
@@ -134,6 +152,7 @@ async fn call_tool(
     // Long strings in the arguments (a file's content) go to the blob store, not the line.
     let logged_args = app.ctx.blobs.args_for_log(&args, &secrets);
     let trace = |key: &str| meta.as_ref().and_then(|m| m.get(key));
+    let span_id = span.as_ref().and_then(|s| telemetry::traceparent(s.context()));
     let fields = ActionFields {
         tool: &name,
         id: &id,
@@ -147,7 +166,10 @@ async fn call_tool(
         baggage: trace("baggage"),
         cancelled: was_cancelled,
         wrote_outside: &wrote_outside,
+        span: span_id.as_deref(),
     };
+    // Only a span needs it after the event is written.
+    let error_code = span.as_ref().and(fields.error).and_then(Value::as_str).map(str::to_owned);
     if let Some(log) = &app.ctx.log {
         log.do_send(secrets.log_event("action", &fields).in_scope(Some(&scope)));
     }
@@ -169,7 +191,16 @@ async fn call_tool(
             Reply { id, value, is_error: true, run: scope.run.clone(), extra: None, modern }
         }
     };
-    Some(reply_line(&app, reply, budget).await)
+    if let Some(span) = &span {
+        span.content(logged_args.get(), reply.value.get());
+    }
+    let outcome =
+        if reply.is_error { telemetry::Outcome::ToolError(error_code.as_deref()) } else { telemetry::Outcome::Ok };
+    let line = reply_line(&app, reply, budget).await;
+    if let Some(span) = span {
+        span.end(outcome);
+    }
+    Some(line)
 }
 
 /// A call's reply before it is written: the value (redacted) and the second text block.
@@ -256,6 +287,9 @@ fn fit(reply: Reply, budget: usize, state_dir: &Path, workspace: &Path) -> Strin
     let reserve = if object { r#","cut":"#.len() + cut_info(json.len()).len() } else { 0 };
     let cut = budget::cut_json(json, room.saturating_sub(reserve));
     let info = cut_info(json.len().saturating_sub(cut.len()));
+    if let Some(t) = crate::telemetry::get() {
+        t.bytes_cut(json.len().saturating_sub(cut.len()) as u64);
+    }
     // What was cut is an object unless it could not be read as one (it is then its text).
     let object = cut.starts_with('{');
     let cut = if object { budget::with_member(&cut, "cut", &info).unwrap_or(cut) } else { cut };

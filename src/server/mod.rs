@@ -33,6 +33,7 @@ use crate::app::{App, Conn};
 use crate::protocol::jsonrpc::{self, Message, RpcError};
 use crate::protocol::{mcp, modern};
 use crate::run::RunSession;
+use crate::telemetry;
 use crate::trust::ask::{AskConsent, Consent};
 use crate::verbs;
 
@@ -338,15 +339,35 @@ impl Server {
                 if method == "tools/call" {
                     return match mcp::ToolCall::from_params(id.clone(), &params) {
                         Ok(call) => Reply::Later(self.start_call(call)),
-                        Err(e) => Reply::Now(Some(jsonrpc::error(&id, &e))),
+                        Err(e) => {
+                            if let Some(span) = self.request_span(&id, &method, None, meta_of(&params)) {
+                                span.end(telemetry::Outcome::RpcError(e.code));
+                            }
+                            Reply::Now(Some(jsonrpc::error(&id, &e)))
+                        }
                     };
                 }
+                let span = self.request_span(&id, &method, request_target(&method, &params), meta_of(&params));
                 if let Some(later) = self.later_request(&id, &method) {
-                    return Reply::Later(later);
+                    return Reply::Later(traced(later, span));
                 }
                 let reply = match self.on_request(&method, params, self.session.protocol) {
-                    Ok(result) => jsonrpc::result(&id, result),
-                    Err(e) => jsonrpc::error(&id, &e),
+                    Ok(result) => {
+                        if let Some(mut span) = span {
+                            // initialize's span learns the version it negotiated.
+                            if let (None, Some(version)) = (span.protocol(), self.session.protocol) {
+                                span.set_protocol(version);
+                            }
+                            span.end(telemetry::Outcome::Ok);
+                        }
+                        jsonrpc::result(&id, result)
+                    }
+                    Err(e) => {
+                        if let Some(span) = span {
+                            span.end(telemetry::Outcome::RpcError(e.code));
+                        }
+                        jsonrpc::error(&id, &e)
+                    }
                 };
                 Reply::Now(Some(reply))
             }
@@ -377,6 +398,38 @@ impl Server {
                 "cancel-ignored",
                 json!({ "requestId": request, "reason": params.get("reason"), "why": "no call with this id is running" }),
             ),
+        }
+    }
+
+    /// Opens a request's SERVER span when export is on (`None` otherwise, at the cost of one
+    /// load). `meta`: the request's `params._meta`, whose traceparent is the host's.
+    fn request_span(
+        &self,
+        id: &Value,
+        method: &str,
+        target: Option<&str>,
+        meta: Option<&serde_json::Map<String, Value>>,
+    ) -> Option<telemetry::RequestSpan> {
+        let t = telemetry::get()?;
+        let modern = meta.is_some_and(|m| m.contains_key(modern::PROTOCOL_VERSION_KEY));
+        Some(t.request(&telemetry::Request {
+            method,
+            target,
+            session: &self.conn.session,
+            protocol: if modern { Some(modern::VERSION) } else { self.session.protocol },
+            id,
+            transport: self.transport(),
+            meta,
+        }))
+    }
+
+    /// `network.transport`: the HTTP listener's sessions are TCP, every other session the
+    /// host's pipes (through a relay or not).
+    fn transport(&self) -> telemetry::Transport {
+        if self.conn.stateless || self.conn.http {
+            telemetry::Transport::Tcp
+        } else {
+            telemetry::Transport::Pipe
         }
     }
 
@@ -550,6 +603,32 @@ impl Handler<Incoming> for Server {
     }
 }
 
+/// A request's `params._meta`, where a host puts its traceparent.
+fn meta_of(params: &Value) -> Option<&serde_json::Map<String, Value>> {
+    params.get("_meta")?.as_object()
+}
+
+/// What a request's span names after its method: a resource's URI, a prompt's name.
+fn request_target<'a>(method: &str, params: &'a Value) -> Option<&'a str> {
+    match method {
+        "resources/read" | "resources/subscribe" | "resources/unsubscribe" => params.get("uri")?.as_str(),
+        "prompts/get" => params.get("name")?.as_str(),
+        _ => None,
+    }
+}
+
+/// A later reply whose span ends when it is ready (unanswered: cancelled).
+fn traced(later: Later, span: Option<telemetry::RequestSpan>) -> Later {
+    let Some(span) = span else { return later };
+    let Later { future, call } = later;
+    let future = async move {
+        let reply = future.await;
+        span.end(if reply.is_some() { telemetry::Outcome::Ok } else { telemetry::Outcome::Cancelled });
+        reply
+    };
+    Later { future: Box::pin(future), call }
+}
+
 /// Why a session ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum End {
@@ -668,6 +747,10 @@ impl Server {
             fields["signal"] = signal;
         }
         self.log("session-end", fields);
+        if let Some(t) = telemetry::get() {
+            let protocol = self.session.protocol.or(self.session.stateless_seen.then_some(modern::VERSION));
+            t.session_ended(self.session.opened.elapsed(), protocol, self.transport());
+        }
         let log = self.app.ctx.log.clone();
         let flushed = async move {
             if let Some(log) = log {

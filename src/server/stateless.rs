@@ -105,9 +105,20 @@ impl Server {
             call.modern = true;
             return Reply::Later(self.start_stateless_call(call, envelope.elicitation));
         }
+        let span = self.request_span(&id, method, super::request_target(method, &params), super::meta_of(&params));
         let reply = match self.on_request(method, params, Some(modern::VERSION)) {
-            Ok(result) => jsonrpc::result(&id, modern::complete(method, result)),
-            Err(e) => jsonrpc::error(&id, &modern::error(e)),
+            Ok(result) => {
+                if let Some(span) = span {
+                    span.end(crate::telemetry::Outcome::Ok);
+                }
+                jsonrpc::result(&id, modern::complete(method, result))
+            }
+            Err(e) => {
+                if let Some(span) = span {
+                    span.end(crate::telemetry::Outcome::RpcError(e.code));
+                }
+                jsonrpc::error(&id, &modern::error(e))
+            }
         };
         Reply::Now(Some(reply))
     }

@@ -57,6 +57,10 @@ pub struct Hello {
     /// build) drops them and answers on the socket.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub direct: bool,
+    /// The session's host speaks Streamable HTTP to the HTTP listener (`network.transport`
+    /// `tcp` on its spans); an older build leaves it out.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub http: bool,
 }
 
 /// A gm process: its pid, version and binary.

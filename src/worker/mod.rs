@@ -257,6 +257,7 @@ impl Worker {
             relay: (!stdio).then(|| serde_json::to_value(&hello.relay).unwrap_or_default()),
             stateless: hello.stateless,
             direct: hello.direct,
+            http: hello.http,
         };
         let server = Server::new(self.app.clone(), conn, run, ctx.address().recipient(), stdio).start();
         self.sessions.insert(session, Session { server: server.clone(), probe, leave, not_in_force });

@@ -1,0 +1,54 @@
+//! The instruments: the MCP semantic conventions' two (`mcp.server.operation.duration`,
+//! `mcp.server.session.duration`) and gm's own.
+
+use opentelemetry::metrics::{Counter, Histogram, Meter, UpDownCounter};
+
+/// Bucket boundaries (seconds) the MCP conventions recommend for both durations.
+const DURATION_BOUNDARIES: [f64; 14] = [0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0];
+
+pub struct Instruments {
+    /// One request's time, by `mcp.method.name`, `gen_ai.tool.name` and `error.type`.
+    pub operation: Histogram<f64>,
+    /// One session's time, from its opening to its end.
+    pub session: Histogram<f64>,
+    /// Requests being answered now.
+    pub in_flight: UpDownCounter<i64>,
+    /// Child server starts, by `gm.child.server` and `outcome` (`ready`, `failed`).
+    pub child_starts: Counter<u64>,
+    /// Bytes the result budget cut from replies (kept whole in `.gm/out/`).
+    pub bytes_cut: Counter<u64>,
+}
+
+impl Instruments {
+    pub fn new(meter: &Meter) -> Self {
+        Self {
+            operation: meter
+                .f64_histogram("mcp.server.operation.duration")
+                .with_unit("s")
+                .with_description("The duration of an MCP request the server answered")
+                .with_boundaries(DURATION_BOUNDARIES.to_vec())
+                .build(),
+            session: meter
+                .f64_histogram("mcp.server.session.duration")
+                .with_unit("s")
+                .with_description("The duration of an MCP session")
+                .with_boundaries(DURATION_BOUNDARIES.to_vec())
+                .build(),
+            in_flight: meter
+                .i64_up_down_counter("gm.requests.in_flight")
+                .with_unit("{request}")
+                .with_description("MCP requests gm is answering")
+                .build(),
+            child_starts: meter
+                .u64_counter("gm.child_server.starts")
+                .with_unit("{start}")
+                .with_description("Child MCP server starts, by server and outcome (ready, failed)")
+                .build(),
+            bytes_cut: meter
+                .u64_counter("gm.result.bytes_cut")
+                .with_unit("By")
+                .with_description("Bytes of replies cut to the result budget (kept whole on disk)")
+                .build(),
+        }
+    }
+}

@@ -1,0 +1,227 @@
+//! OpenTelemetry export (OTLP) of the worker's requests and tool calls, when the user turns it
+//! on (issue 38). Off — the usual case — nothing is built and every hook is one load of an
+//! empty [`OnceLock`].
+//!
+//! - `config`: whether export is on, from the `OTEL_*` variables and `~/.gmnew/config.json`.
+//! - `export`: the tracer and meter providers (opentelemetry-otlp, off the arbiters).
+//! - `spans`: the MCP semantic conventions' spans.
+//! - `metrics`: the instruments.
+//! - `replay`: `gm otel-export`, a recorded log sent as the same spans.
+
+pub mod config;
+mod export;
+mod metrics;
+pub mod replay;
+pub mod spans;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
+use opentelemetry::{Context, InstrumentationScope, KeyValue};
+use opentelemetry_sdk::metrics::SdkMeterProvider;
+use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
+use opentelemetry_sdk::Resource;
+
+pub use config::{ConfigError, OtelConfig, Protocol};
+pub use export::ExportError;
+pub use spans::{Outcome, Request, RequestSpan, ToolSpan, Transport};
+
+/// The longest a worker's exit waits for the last spans and metrics to go out.
+pub const FLUSH_LIMIT: Duration = Duration::from_secs(2);
+
+#[derive(Debug, thiserror::Error)]
+pub enum TelemetryError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Export(#[from] ExportError),
+}
+
+/// The worker's export, once started.
+pub struct Telemetry {
+    tracer_provider: Option<SdkTracerProvider>,
+    meter_provider: Option<SdkMeterProvider>,
+    tracer: Option<SdkTracer>,
+    instruments: Option<metrics::Instruments>,
+    /// Arguments and results go on spans (`GM_OTEL_CONTENT=1`).
+    content: bool,
+    /// What export was set to, for the worker's log.
+    described: serde_json::Value,
+    /// Spans ended (handed to the batch processor).
+    ended: AtomicU64,
+    /// What the exporter sent and what failed.
+    counts: Arc<export::SpanCounts>,
+    /// gRPC exporters' runtime; lives as long as the process.
+    _runtime: Option<tokio::runtime::Runtime>,
+}
+
+static TELEMETRY: OnceLock<Telemetry> = OnceLock::new();
+
+/// What the resource says of the worker.
+pub struct Worker<'a> {
+    /// The workspace's directory name (never its path: a path names the user).
+    pub workspace_name: &'a str,
+    pub worker_id: &'a str,
+}
+
+/// The running export, `None` when it is off.
+pub fn get() -> Option<&'static Telemetry> {
+    TELEMETRY.get()
+}
+
+/// Starts export when the environment or `~/.gmnew/config.json` turns it on; `Ok(None)` when
+/// nothing does. Once per process (a second call returns the first's).
+pub fn start(
+    worker: &Worker<'_>,
+    home_config: Option<&std::path::Path>,
+) -> Result<Option<&'static Telemetry>, TelemetryError> {
+    if let Some(t) = TELEMETRY.get() {
+        return Ok(Some(t));
+    }
+    let env = |var: &str| std::env::var(var).ok();
+    let Some(config) = config::resolve(&env, home_config)? else { return Ok(None) };
+    let resource = resource(&config, worker, &env);
+    let providers = export::build(&config, resource)?;
+    let tracer = providers.tracer.as_ref().map(|p| p.tracer_with_scope(scope()));
+    let instruments = providers.meter.as_ref().map(|p| {
+        use opentelemetry::metrics::MeterProvider as _;
+        metrics::Instruments::new(&p.meter_with_scope(scope()))
+    });
+    let signal = |s: &Option<config::Signal>| match s {
+        Some(s) => serde_json::json!({ "protocol": s.protocol.as_str(), "endpoint": s.endpoint }),
+        None => serde_json::Value::Null,
+    };
+    let telemetry = Telemetry {
+        described: serde_json::json!({ "traces": signal(&config.traces), "metrics": signal(&config.metrics), "content": config.content }),
+        tracer_provider: providers.tracer,
+        meter_provider: providers.meter,
+        tracer,
+        instruments,
+        content: config.content,
+        ended: AtomicU64::new(0),
+        counts: providers.counts,
+        _runtime: providers.runtime,
+    };
+    Ok(Some(TELEMETRY.get_or_init(|| telemetry)))
+}
+
+/// gm's instrumentation scope: its name and version.
+fn scope() -> InstrumentationScope {
+    InstrumentationScope::builder("gm").with_version(env!("CARGO_PKG_VERSION")).build()
+}
+
+fn resource(config: &OtelConfig, worker: &Worker<'_>, env: &dyn Fn(&str) -> Option<String>) -> Resource {
+    // `Resource::builder` reads OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES; gm names the
+    // service only where they do not.
+    let mut builder = Resource::builder();
+    if !OtelConfig::env_names_service(env) {
+        builder = builder.with_service_name(config.service_name.clone().unwrap_or_else(|| "gm".into()));
+    }
+    builder
+        .with_attributes([
+            KeyValue::new("service.version", env!("CARGO_PKG_VERSION")),
+            KeyValue::new("service.instance.id", worker.worker_id.to_owned()),
+            KeyValue::new("gm.workspace.name", worker.workspace_name.to_owned()),
+        ])
+        .build()
+}
+
+impl Telemetry {
+    /// What export is set to, for the worker's `start` event.
+    pub fn describe(&self) -> &serde_json::Value {
+        &self.described
+    }
+
+    /// A child server started (`ready`) or failed to.
+    pub fn child_start(&self, server: &str, ready: bool) {
+        if let Some(m) = &self.instruments {
+            let outcome = if ready { "ready" } else { "failed" };
+            m.child_starts
+                .add(1, &[KeyValue::new("gm.child.server", server.to_owned()), KeyValue::new("outcome", outcome)]);
+        }
+    }
+
+    /// The result budget cut `bytes` from a reply.
+    pub fn bytes_cut(&self, bytes: u64) {
+        if let Some(m) = &self.instruments {
+            m.bytes_cut.add(bytes, &[]);
+        }
+    }
+
+    /// Records a session's whole time, by its protocol version and transport.
+    pub fn session_ended(&self, duration: Duration, protocol: Option<&str>, transport: Transport) {
+        if let Some(m) = &self.instruments {
+            let mut labels = vec![KeyValue::new("network.transport", transport.as_str())];
+            if let Some(version) = protocol {
+                labels.push(KeyValue::new("mcp.protocol.version", version.to_owned()));
+            }
+            m.session.record(duration.as_secs_f64(), &labels);
+        }
+    }
+}
+
+/// The span current on this thread when export is on and one is current (a request's, while
+/// its future runs): what a body's `gm.*` calls hang under. `None` costs nothing when off.
+pub fn current_parent() -> Option<Context> {
+    get()?;
+    let cx = Context::current();
+    cx.has_active_span().then_some(cx)
+}
+
+/// A span's W3C traceparent, `None` for no valid span (traces off).
+pub fn traceparent(cx: &Context) -> Option<String> {
+    let span = cx.span();
+    let sc = span.span_context();
+    sc.is_valid().then(|| format!("00-{}-{}-{:02x}", sc.trace_id(), sc.span_id(), sc.trace_flags().to_u8()))
+}
+
+impl Telemetry {
+    /// A span ended (it goes to the batch processor's queue).
+    fn span_ended(&self) {
+        self.ended.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Spans ended, sent, failed (refused, timed out) and dropped (the queue was full, or
+    /// still queued): what the worker says at its exit.
+    pub fn span_counts(&self) -> (u64, u64, u64, u64) {
+        let ended = self.ended.load(Ordering::Relaxed);
+        let exported = self.counts.exported.load(Ordering::Relaxed);
+        let failed = self.counts.failed.load(Ordering::Relaxed);
+        (ended, exported, failed, ended.saturating_sub(exported + failed))
+    }
+}
+
+/// Sends what is still queued and stops the exporters, waiting at most [`FLUSH_LIMIT`]: a
+/// collector that is down or slow never holds a worker's exit longer. Then says, on stderr
+/// (the worker's `.gm/worker.log`), how many spans did not reach the collector. Off, it does
+/// nothing.
+pub fn shutdown() {
+    let Some(t) = get() else { return };
+    flush(t);
+    let (ended, exported, failed, dropped) = t.span_counts();
+    if failed + dropped > 0 {
+        eprintln!(
+            "gm: OpenTelemetry: {exported} of {ended} spans sent; {failed} failed (refused or unanswered by the collector), {dropped} dropped (queue full or unsent at exit)"
+        );
+    }
+}
+
+fn flush(t: &'static Telemetry) {
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    // On a thread of its own: the SDK's shutdown waits for its export threads, which wait for
+    // the collector; this thread is left behind if that takes too long.
+    let spawned = std::thread::Builder::new().name("gm-otel-shutdown".into()).spawn(move || {
+        if let Some(p) = &t.tracer_provider {
+            let _ = p.shutdown_with_timeout(FLUSH_LIMIT);
+        }
+        if let Some(p) = &t.meter_provider {
+            let _ = p.shutdown_with_timeout(FLUSH_LIMIT);
+        }
+        let _ = done_tx.send(());
+    });
+    if spawned.is_ok() {
+        let _ = done_rx.recv_timeout(FLUSH_LIMIT);
+    }
+}

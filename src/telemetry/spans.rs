@@ -1,0 +1,348 @@
+//! Spans after the MCP semantic conventions: a SERVER span per request gm answers, an INTERNAL
+//! `execute_tool <verb>` span per `gm.*` call of a run_code body. Protocol values come in as
+//! plain strings and JSON; nothing here knows gm's server.
+
+use std::time::Instant;
+
+use opentelemetry::propagation::{Extractor, TextMapPropagator};
+use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer};
+use opentelemetry::{Context, KeyValue};
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use serde_json::{Map, Value};
+
+use super::Telemetry;
+
+/// The longest argument or result text a span carries (`GM_OTEL_CONTENT=1`): collectors
+/// refuse or cut larger attributes anyway.
+const CONTENT_LIMIT: usize = 16 * 1024;
+
+/// How the request reached gm (`network.transport`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// stdio: the host's pipes (through a relay or not).
+    Pipe,
+    /// Streamable HTTP.
+    Tcp,
+}
+
+impl Transport {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Pipe => "pipe",
+            Transport::Tcp => "tcp",
+        }
+    }
+}
+
+/// One request, as the conventions describe it.
+pub struct Request<'a> {
+    pub method: &'a str,
+    /// The tool's name, the resource's URI, the prompt's name: after the method in the span's name.
+    pub target: Option<&'a str>,
+    pub session: &'a str,
+    pub protocol: Option<&'a str>,
+    pub id: &'a Value,
+    pub transport: Transport,
+    /// The request's `params._meta`, whose `traceparent` (W3C) makes the span its child.
+    pub meta: Option<&'a Map<String, Value>>,
+}
+
+/// How a request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome<'a> {
+    Ok,
+    /// A tool result with `isError: true`; the tool's error code, when it has one.
+    ToolError(Option<&'a str>),
+    /// A JSON-RPC error reply, by its code.
+    RpcError(i64),
+    /// Cancelled, or dropped unanswered (its session ended).
+    Cancelled,
+}
+
+impl Outcome<'_> {
+    /// `error.type`, `None` for success.
+    fn error_type(self) -> Option<String> {
+        match self {
+            Outcome::Ok => None,
+            Outcome::ToolError(_) => Some("tool_error".into()),
+            Outcome::RpcError(code) => Some(code.to_string()),
+            Outcome::Cancelled => Some("cancelled".into()),
+        }
+    }
+}
+
+/// `params._meta` read as a W3C trace context carrier.
+struct Meta<'a>(&'a Map<String, Value>);
+
+impl Extractor for Meta<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(Value::as_str)
+    }
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(String::as_str).collect()
+    }
+}
+
+/// The context a host's `traceparent` gives, or an empty one (a new trace).
+pub fn host_context(meta: Option<&Map<String, Value>>) -> Context {
+    match meta {
+        Some(meta) => TraceContextPropagator::new().extract_with_context(&Context::new(), &Meta(meta)),
+        None => Context::new(),
+    }
+}
+
+/// A request's span, open until [`RequestSpan::end`] (or its drop, as cancelled).
+pub struct RequestSpan {
+    telemetry: &'static Telemetry,
+    /// The `mcp.protocol.version` it carries, if known when it opened.
+    protocol: Option<String>,
+    cx: Context,
+    started: Instant,
+    /// The metric's attributes: method and tool.
+    labels: Vec<KeyValue>,
+    ended: bool,
+}
+
+impl Telemetry {
+    /// Opens the SERVER span of a request (a child of the host's trace when `_meta` has one).
+    pub fn request(&'static self, r: &Request<'_>) -> RequestSpan {
+        let name = match r.target {
+            Some(target) => format!("{} {target}", r.method),
+            None => r.method.to_owned(),
+        };
+        let id = match r.id {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        let mut attributes = vec![
+            KeyValue::new("mcp.method.name", r.method.to_owned()),
+            KeyValue::new("mcp.session.id", r.session.to_owned()),
+            KeyValue::new("jsonrpc.request.id", id),
+            KeyValue::new("network.transport", r.transport.as_str()),
+        ];
+        if let Some(version) = r.protocol {
+            attributes.push(KeyValue::new("mcp.protocol.version", version.to_owned()));
+        }
+        let mut labels = vec![
+            KeyValue::new("mcp.method.name", r.method.to_owned()),
+            KeyValue::new("network.transport", r.transport.as_str()),
+        ];
+        match (r.method, r.target) {
+            ("tools/call", Some(tool)) => {
+                attributes.push(KeyValue::new("gen_ai.tool.name", tool.to_owned()));
+                attributes.push(KeyValue::new("gen_ai.operation.name", "execute_tool"));
+                labels.push(KeyValue::new("gen_ai.tool.name", tool.to_owned()));
+            }
+            ("resources/read", Some(uri)) => attributes.push(KeyValue::new("mcp.resource.uri", uri.to_owned())),
+            ("prompts/get", Some(prompt)) => attributes.push(KeyValue::new("gen_ai.prompt.name", prompt.to_owned())),
+            _ => {}
+        }
+        let cx = match &self.tracer {
+            Some(tracer) => {
+                let span = tracer
+                    .span_builder(name)
+                    .with_kind(SpanKind::Server)
+                    .with_attributes(attributes)
+                    .start_with_context(tracer, &host_context(r.meta));
+                Context::new().with_span(span)
+            }
+            None => Context::new(),
+        };
+        if let Some(m) = &self.instruments {
+            m.in_flight.add(1, &[]);
+        }
+        let protocol = r.protocol.map(str::to_owned);
+        RequestSpan { telemetry: self, protocol, cx, started: Instant::now(), labels, ended: false }
+    }
+
+    /// Opens the INTERNAL span of one `gm.*` call of a body, under `parent` (its run_code's span).
+    pub fn tool_call(&'static self, parent: &Context, name: &str) -> ToolSpan {
+        let cx = match &self.tracer {
+            Some(tracer) => {
+                let span = tracer
+                    .span_builder(format!("execute_tool {name}"))
+                    .with_kind(SpanKind::Internal)
+                    .with_attributes([
+                        KeyValue::new("gen_ai.operation.name", "execute_tool"),
+                        KeyValue::new("gen_ai.tool.name", name.to_owned()),
+                    ])
+                    .start_with_context(tracer, parent);
+                parent.with_span(span)
+            }
+            None => Context::new(),
+        };
+        ToolSpan { telemetry: self, cx }
+    }
+}
+
+impl Telemetry {
+    /// Opens the CLIENT span of a call gm makes to a child server's tool, under `parent` (the
+    /// body's `execute_tool` span); its traceparent goes into the request's `params._meta`.
+    pub fn child_call(&'static self, parent: &Context, server: &str, tool: &str) -> ToolSpan {
+        let cx = match &self.tracer {
+            Some(tracer) => {
+                let span = tracer
+                    .span_builder(format!("tools/call {tool}"))
+                    .with_kind(SpanKind::Client)
+                    .with_attributes([
+                        KeyValue::new("mcp.method.name", "tools/call"),
+                        KeyValue::new("gen_ai.operation.name", "execute_tool"),
+                        KeyValue::new("gen_ai.tool.name", tool.to_owned()),
+                        KeyValue::new("gm.child.server", server.to_owned()),
+                        KeyValue::new("network.transport", "pipe"),
+                    ])
+                    .start_with_context(tracer, parent);
+                parent.with_span(span)
+            }
+            None => Context::new(),
+        };
+        ToolSpan { telemetry: self, cx }
+    }
+}
+
+impl RequestSpan {
+    /// The span as a parent, for what runs inside the request.
+    pub fn context(&self) -> &Context {
+        &self.cx
+    }
+
+    pub fn protocol(&self) -> Option<&str> {
+        self.protocol.as_deref()
+    }
+
+    /// Sets `mcp.protocol.version` once it is known (initialize negotiates it).
+    pub fn set_protocol(&mut self, version: &str) {
+        self.cx.span().set_attribute(KeyValue::new("mcp.protocol.version", version.to_owned()));
+        self.protocol = Some(version.to_owned());
+    }
+
+    /// With `GM_OTEL_CONTENT=1`, the call's arguments and result (already masked as for the
+    /// log) go on the span; otherwise nothing.
+    pub fn content(&self, arguments: &str, result: &str) {
+        if !self.telemetry.content {
+            return;
+        }
+        let span = self.cx.span();
+        span.set_attribute(KeyValue::new("gen_ai.tool.call.arguments", cut(arguments)));
+        span.set_attribute(KeyValue::new("gen_ai.tool.call.result", cut(result)));
+    }
+
+    pub fn end(mut self, outcome: Outcome<'_>) {
+        self.finish(outcome);
+    }
+
+    fn finish(&mut self, outcome: Outcome<'_>) {
+        if std::mem::replace(&mut self.ended, true) {
+            return;
+        }
+        let error = outcome.error_type();
+        let span = self.cx.span();
+        if let Some(error) = &error {
+            span.set_attribute(KeyValue::new("error.type", error.clone()));
+            let description = match outcome {
+                Outcome::ToolError(Some(code)) => code.to_owned(),
+                _ => error.clone(),
+            };
+            span.set_status(Status::error(description));
+        }
+        span.end();
+        if self.telemetry.tracer.is_some() {
+            self.telemetry.span_ended();
+        }
+        if let Some(m) = &self.telemetry.instruments {
+            m.in_flight.add(-1, &[]);
+            let mut labels = std::mem::take(&mut self.labels);
+            if let Some(error) = error {
+                labels.push(KeyValue::new("error.type", error));
+            }
+            m.operation.record(self.started.elapsed().as_secs_f64(), &labels);
+        }
+    }
+}
+
+impl Drop for RequestSpan {
+    fn drop(&mut self) {
+        self.finish(Outcome::Cancelled);
+    }
+}
+
+/// One `gm.*` call's span.
+pub struct ToolSpan {
+    telemetry: &'static Telemetry,
+    cx: Context,
+}
+
+impl ToolSpan {
+    /// The span as a parent (a child server's call goes under it).
+    pub fn context(&self) -> &Context {
+        &self.cx
+    }
+
+    /// Whether arguments and results go on spans (`GM_OTEL_CONTENT=1`): the caller masks
+    /// them only then.
+    pub fn wants_content(&self) -> bool {
+        self.telemetry.content
+    }
+
+    /// The call's arguments and result, masked as for the log (`GM_OTEL_CONTENT=1` only).
+    pub fn content(&self, arguments: &str, result: &str) {
+        if !self.telemetry.content {
+            return;
+        }
+        let span = self.cx.span();
+        span.set_attribute(KeyValue::new("gen_ai.tool.call.arguments", cut(arguments)));
+        span.set_attribute(KeyValue::new("gen_ai.tool.call.result", cut(result)));
+    }
+
+    /// Ends it; `error`: the call's error code.
+    pub fn end(self, error: Option<&str>) {
+        let span = self.cx.span();
+        if let Some(code) = error {
+            span.set_attribute(KeyValue::new("error.type", code.to_owned()));
+            span.set_status(Status::error(code.to_owned()));
+        }
+        span.end();
+        if self.telemetry.tracer.is_some() {
+            self.telemetry.span_ended();
+        }
+    }
+}
+
+/// Text cut to [`CONTENT_LIMIT`] bytes, on a character boundary.
+fn cut(text: &str) -> String {
+    if text.len() <= CONTENT_LIMIT {
+        return text.to_owned();
+    }
+    let mut end = CONTENT_LIMIT;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…[cut {} bytes]", &text[..end], text.len() - end)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry::trace::TraceContextExt;
+
+    #[test]
+    fn a_hosts_traceparent_in_meta_is_the_parent() {
+        let meta: Map<String, Value> = serde_json::from_str(
+            r#"{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "progressToken": 3}"#,
+        )
+        .expect("json");
+        let cx = host_context(Some(&meta));
+        let parent = cx.span().span_context().clone();
+        assert!(parent.is_remote());
+        assert_eq!(parent.trace_id().to_string(), "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert!(!host_context(None).span().span_context().is_valid());
+    }
+
+    #[test]
+    fn content_is_cut_on_a_character_boundary() {
+        let long = "é".repeat(CONTENT_LIMIT);
+        let cut = cut(&long);
+        assert!(cut.len() < long.len() && cut.contains("…[cut "), "{}", cut.len());
+        assert_eq!(super::cut("short"), "short");
+    }
+}
