@@ -208,6 +208,8 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
         let skills = Arc::new(Skills::locate());
         let jobs = Jobs::new(state_dir.join("jobs")).start();
         let watcher = start_watcher(&workspace, &state_dir, log.clone());
+        let losses = log.clone();
+        crate::telemetry::watch_losses(move |fields| losses.do_send(Event::new("telemetry", fields)));
         // What the child servers of a worker that was killed started is ended before this
         // worker starts its own.
         let leftovers = crate::child_groups::ChildGroups::of(&state_dir).end_leftovers();

@@ -262,6 +262,9 @@ fn tools_surface_calls_carry_tool_errors_content_and_the_mcp_metrics() {
     assert_eq!(session["attributes"]["network.transport"], "pipe");
     let in_flight = named(&metrics, "gm.requests.in_flight");
     assert!(in_flight.iter().all(|m| m["kind"] == "sum" && m["monotonic"] == false), "{in_flight:?}");
+    // Spans lost on the way are a counter, by reason (here none failed).
+    let lost = named(&metrics, "gm.telemetry.spans.lost");
+    assert!(!lost.is_empty() && lost.iter().all(|m| m["kind"] == "sum" && m["monotonic"] == true), "{lost:?}");
     stop_worker(&gm.workspace);
 }
 
@@ -301,7 +304,9 @@ fn a_refusing_or_stuck_collector_changes_no_call_and_holds_no_exit() {
     for flags in [&["--status", "503"][..], &["--hang"][..]] {
         let receiver = Receiver::start(flags);
         let home = tempfile::tempdir().expect("home");
-        let mut gm = start_gm(&["--surface", "tools"], &export_env(&receiver.endpoint(), home.path()));
+        let mut env = export_env(&receiver.endpoint(), home.path());
+        env.push(("GM_OTEL_LOSS_MS".into(), "300".into()));
+        let mut gm = start_gm(&["--surface", "tools"], &env);
         gm.initialize("2025-11-25");
         std::fs::write(gm.workspace.join("a.txt"), "x").expect("write");
         for _ in 0..20 {
@@ -310,6 +315,18 @@ fn a_refusing_or_stuck_collector_changes_no_call_and_holds_no_exit() {
             assert!(started.elapsed() < Duration::from_secs(2), "{flags:?}: a call waited on the collector");
         }
         receiver.wait_for("request", "an export attempt", |r| !r.is_empty());
+        // While spans are being lost, the run's log says so (once per look, here 300 ms).
+        let deadline = Instant::now() + Duration::from_secs(15);
+        let losing = loop {
+            gm.call_ok("stat_file", json!({ "path": "a.txt" }));
+            let events = gm.events_of("telemetry");
+            if let Some(e) = events.into_iter().find(|e| e["state"] == "losing") {
+                break e;
+            }
+            assert!(Instant::now() < deadline, "{flags:?}: no telemetry event while spans were lost");
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        assert!(losing["spansEnded"].as_u64().is_some_and(|n| n > 0), "{flags:?}: {losing}");
         // The worker stops within its two seconds of flushing, however the collector answers.
         let pid = worker_pid(&gm.workspace);
         gm.close_stdin();
@@ -459,6 +476,27 @@ fn otel_export_sends_a_recorded_log_as_the_same_spans_every_time() {
     // --since: only the events from that seq on (the action comes after its calls).
     let report = send(Some(first_action));
     assert_eq!(report["spans"], 1, "{report}");
+
+    // On a terminal it draws its progress; piped (above), stderr stays empty.
+    let script = "import os, pty, sys\nout = b''\ndef read(fd):\n    global out\n    data = os.read(fd, 1024)\n    out += data\n    return data\npty.spawn(sys.argv[1:], read)\nsys.stderr.write(out.decode('utf-8', 'replace'))\n";
+    let out = std::process::Command::new("python3")
+        .args(["-c", script, common::gm_bin(), "otel-export", "--workspace"])
+        .arg(&ws)
+        .env("HOME", home.path())
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("python3 runs gm on a terminal");
+    let seen = String::from_utf8_lossy(&out.stderr);
+    assert!(seen.contains("gm otel-export [") && seen.contains("3/3 spans"), "{seen}");
+    let piped = common::gm_command()
+        .args(["otel-export", "--workspace"])
+        .arg(&ws)
+        .env("HOME", home.path())
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint())
+        .output()
+        .expect("gm otel-export runs");
+    assert!(!String::from_utf8_lossy(&piped.stderr).contains("spans"), "no bar when piped");
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! The instruments: the MCP semantic conventions' two (`mcp.server.operation.duration`,
 //! `mcp.server.session.duration`) and gm's own.
 
-use opentelemetry::metrics::{Counter, Histogram, Meter, UpDownCounter};
+use opentelemetry::metrics::{Counter, Histogram, Meter, ObservableCounter, UpDownCounter};
+use opentelemetry::KeyValue;
 
 /// Bucket boundaries (seconds) the MCP conventions recommend for both durations.
 const DURATION_BOUNDARIES: [f64; 14] = [0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0];
@@ -17,6 +18,10 @@ pub struct Instruments {
     pub child_starts: Counter<u64>,
     /// Bytes the result budget cut from replies (kept whole in `.gm/out/`).
     pub bytes_cut: Counter<u64>,
+    /// Spans that did not reach the collector, by `reason` (`failed`: refused or unanswered;
+    /// `unsent`: dropped from a full queue, or still queued). Read from the exporter's counts
+    /// at each metrics export; kept so its callback lives as long as the meter.
+    pub _spans_lost: ObservableCounter<u64>,
 }
 
 impl Instruments {
@@ -48,6 +53,18 @@ impl Instruments {
                 .u64_counter("gm.result.bytes_cut")
                 .with_unit("By")
                 .with_description("Bytes of replies cut to the result budget (kept whole on disk)")
+                .build(),
+            _spans_lost: meter
+                .u64_observable_counter("gm.telemetry.spans.lost")
+                .with_unit("{span}")
+                .with_description("Spans that did not reach the collector, by reason (failed, unsent)")
+                .with_callback(|observer| {
+                    if let Some(t) = super::get() {
+                        let (_, _, failed, unsent) = t.span_counts();
+                        observer.observe(failed, &[KeyValue::new("reason", "failed")]);
+                        observer.observe(unsent, &[KeyValue::new("reason", "unsent")]);
+                    }
+                })
                 .build(),
         }
     }

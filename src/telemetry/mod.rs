@@ -193,6 +193,40 @@ impl Telemetry {
     }
 }
 
+/// How often the worker looks whether spans are being lost, and says so once per look.
+const LOSS_LOOK: Duration = Duration::from_secs(60);
+
+/// While export is on, every [`LOSS_LOOK`] (`GM_OTEL_LOSS_MS` in tests): when spans failed or
+/// went unsent since the last look, `report` hears the counts once (the worker logs a
+/// `telemetry` event), so that a collector that is down shows in the run's log while it is
+/// down, not only at exit. Spans still in the batch queue count as unsent until sent, so a
+/// look reports only a rise of failures, or of unsent spans that outlasts a whole period.
+pub fn watch_losses(report: impl Fn(serde_json::Value) + Send + 'static) {
+    let Some(t) = get() else { return };
+    let every = std::env::var("GM_OTEL_LOSS_MS")
+        .ok()
+        .and_then(|ms| ms.trim().parse().ok())
+        .map_or(LOSS_LOOK, Duration::from_millis);
+    let _ = std::thread::Builder::new().name("gm-otel-losses".into()).spawn(move || {
+        let (mut failed_before, mut unsent_before) = (0, 0);
+        loop {
+            std::thread::sleep(every);
+            let (ended, exported, failed, unsent) = t.span_counts();
+            // Unsent counts only when it stayed up over a whole period: a queue that drains
+            // between looks is no loss.
+            let losing = failed > failed_before || (unsent > 0 && unsent >= unsent_before && unsent_before > 0);
+            if losing {
+                report(serde_json::json!({
+                    "state": "losing", "spansEnded": ended, "spansSent": exported,
+                    "spansFailed": failed, "spansUnsent": unsent,
+                    "then": "calls go on unchanged; spans that cannot be sent are dropped",
+                }));
+            }
+            (failed_before, unsent_before) = (failed, unsent);
+        }
+    });
+}
+
 /// Sends what is still queued and stops the exporters, waiting at most [`FLUSH_LIMIT`]: a
 /// collector that is down or slow never holds a worker's exit longer. Then says, on stderr
 /// (the worker's `.gm/worker.log`), how many spans did not reach the collector. Off, it does

@@ -102,6 +102,7 @@ pub fn export_log(log: &Path, since: Option<u64>, home_config: Option<&Path>) ->
     let providers = export::build(&config, resource)?;
     let Some(provider) = providers.tracer else { return Err(ReplayError::TracesOff) };
     let tracer = provider.tracer_with_scope(super::scope());
+    let progress = Progress::on_terminal();
     for (i, s) in spans.iter().enumerate() {
         let parent = match s.parent {
             Some(parent) => Context::new().with_remote_span_context(SpanContext::new(
@@ -130,11 +131,42 @@ pub fn export_log(log: &Path, since: Option<u64>, home_config: Option<&Path>) ->
         cx.span().end_with_timestamp(s.end);
         if (i + 1) % FLUSH_EVERY == 0 {
             provider.force_flush().map_err(|e| ReplayError::Flush(e.to_string()))?;
+            progress.show(i + 1, spans.len());
         }
     }
     provider.force_flush().map_err(|e| ReplayError::Flush(e.to_string()))?;
+    progress.show(spans.len(), spans.len());
+    progress.done();
     let _ = provider.shutdown_with_timeout(super::FLUSH_LIMIT);
     Ok(ReplayReport { log: log.to_owned(), spans: spans.len(), skipped_lines, last_seq })
+}
+
+/// A one-line progress bar on stderr, drawn only when stderr is a terminal (a script or a
+/// CI log gets the final report alone).
+struct Progress {
+    on: bool,
+}
+
+impl Progress {
+    fn on_terminal() -> Self {
+        use std::io::IsTerminal;
+        Progress { on: std::io::stderr().is_terminal() }
+    }
+
+    fn show(&self, sent: usize, total: usize) {
+        if !self.on || total == 0 {
+            return;
+        }
+        const WIDTH: usize = 30;
+        let filled = sent * WIDTH / total;
+        eprint!("\rgm otel-export [{}{}] {sent}/{total} spans", "#".repeat(filled), " ".repeat(WIDTH - filled));
+    }
+
+    fn done(&self) {
+        if self.on {
+            eprintln!();
+        }
+    }
 }
 
 /// The spans of the `action` and `code-call` events.

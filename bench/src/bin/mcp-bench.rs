@@ -388,6 +388,10 @@ fn main() {
         sandbox(&args);
         return;
     }
+    if args.first().map(String::as_str) == Some("otel") {
+        otel(&args);
+        return;
+    }
     if args.first().map(String::as_str) != Some("suite") {
         eprintln!(
             "usage: mcp-bench suite --gm BIN --node-fs JS --echo BIN --file PATH [--seq N] [--par N] [--label L]"
@@ -710,6 +714,96 @@ fn sandbox(args: &[String]) {
         paired.shell_p50, paired.bash_p50, paired.overhead_p50
     );
     println!("{}", json!({ "measure": "run_shell overhead over bash -c, paired", "p50": paired.overhead_p50 }));
+}
+
+/// `mcp-bench otel --gm BIN --dir DIR [--n N] [--rounds R]`: `stat_file` round trips with
+/// OpenTelemetry export off, on with a collector that refuses every connection (a closed
+/// port), and on with one that accepts and never answers — side by side, R rounds alternating,
+/// each configuration its own workspace and worker. p50 and p99 per configuration, and their
+/// ratio to export off (the issue's bound: within 5 %).
+fn otel(args: &[String]) {
+    let gm = arg(args, "--gm").expect("--gm");
+    let dir = std::path::PathBuf::from(arg(args, "--dir").expect("--dir"));
+    let n: usize = arg(args, "--n").and_then(|n| n.parse().ok()).unwrap_or(5000);
+    let rounds: usize = arg(args, "--rounds").and_then(|n| n.parse().ok()).unwrap_or(3);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let defaults = dir.join("no-defaults");
+    std::fs::create_dir_all(&defaults).expect("defaults");
+    std::fs::write(defaults.join("mcp.json"), r#"{"mcpServers":{}}"#).expect("defaults");
+    // A port nobody listens on: bound, its number kept, then closed.
+    let refused = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr");
+    // A collector that takes connections and never answers: accepted sockets are held.
+    let stuck = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let stuck_addr = stuck.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in stuck.incoming().flatten() {
+            held.push(conn);
+        }
+    });
+    let refused_url = format!("http://{refused}");
+    let stuck_url = format!("http://{stuck_addr}");
+    let idle = std::path::PathBuf::from("2000");
+    let configs: [(&str, Option<&str>); 3] = [
+        ("export off", None),
+        ("export on, collector refusing", Some(&refused_url)),
+        ("export on, collector never answering", Some(&stuck_url)),
+    ];
+    let mut servers: Vec<(Server, String)> = configs
+        .iter()
+        .enumerate()
+        .map(|(i, (_, endpoint))| {
+            let ws = dir.join(format!("ws-{i}"));
+            std::fs::create_dir_all(&ws).expect("workspace");
+            let file = ws.join("target.txt");
+            std::fs::write(&file, "x".repeat(4096)).expect("file");
+            let cmd = vec![
+                gm.clone(),
+                "serve".into(),
+                "--surface".into(),
+                "tools".into(),
+                "--workspace".into(),
+                ws.to_string_lossy().into_owned(),
+            ];
+            let endpoint_path = endpoint.map(std::path::PathBuf::from);
+            let mut env: Vec<(&str, &std::path::Path)> =
+                vec![("GM_DEFAULTS_DIR", defaults.as_path()), ("GM_WORKER_IDLE_MS", idle.as_path())];
+            if let Some(e) = &endpoint_path {
+                env.push(("OTEL_EXPORTER_OTLP_ENDPOINT", e.as_path()));
+            }
+            let mut s = Server::spawn_env(&cmd, &env);
+            s.initialize();
+            (s, file.to_string_lossy().into_owned())
+        })
+        .collect();
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); configs.len()];
+    for _ in 0..rounds {
+        for (i, (s, file)) in servers.iter_mut().enumerate() {
+            let params = json!({ "name": "stat_file", "arguments": { "path": file } });
+            for _ in 0..200 {
+                s.request("tools/call", params.clone());
+            }
+            for _ in 0..n {
+                let t = Instant::now();
+                s.send("tools/call", params.clone());
+                s.read_reply();
+                times[i].push(t.elapsed().as_secs_f64() * 1e6);
+            }
+        }
+    }
+    drop(servers);
+    println!("| stat_file round trip | p50 (µs) | p99 (µs) | p50 / off | p99 / off |\n|---|---|---|---|---|");
+    let (mut off50, mut off99) = (0.0, 0.0);
+    for (i, (name, _)) in configs.iter().enumerate() {
+        let t = &mut times[i];
+        t.sort_by(|a, b| a.total_cmp(b));
+        let (p50, p99) = (percentile(t, 0.5), percentile(t, 0.99));
+        if i == 0 {
+            (off50, off99) = (p50, p99);
+        }
+        println!("| {name} | {p50:.1} | {p99:.1} | {:.3} | {:.3} |", p50 / off50, p99 / off99);
+        println!("{}", json!({ "measure": format!("stat_file, {name}"), "p50": p50, "p99": p99 }));
+    }
 }
 
 /// run_shell `true` and `bash -c true` (spawned here, by `bash`'s path) taken in turns.
