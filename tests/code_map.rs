@@ -9,33 +9,33 @@ use std::time::Duration;
 use common::{git, write, Gm};
 use serde_json::{json, Value};
 
-/// A workspace in Python and JavaScript, committed to git: `helper` is called from four
+/// A workspace in Python and JavaScript, committed to git: `shared_helper` is called from four
 /// files, `formatName` from two, `lib/many.py`'s functions once each (from one file), and
 /// `focus/lonely.py`'s functions by nothing.
 fn fixture() -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = &dir.path().canonicalize().expect("canonical");
-    write(d, "core/util.py", "def helper(x):\n    return x\n\n\ndef unused_here():\n    return 0\n");
+    write(d, "core/util.py", "def shared_helper(x):\n    return x\n\n\ndef unused_here():\n    return 0\n");
     write(d, "core/other.py", "def rarely():\n    return 1\n");
     write(
         d,
         "app/a.py",
-        "from core.util import helper\n\n\ndef run_a():\n    helper(1)\n    helper(2)\n    helper(3)\n",
+        "from core.util import shared_helper\n\n\ndef run_a():\n    shared_helper(1)\n    shared_helper(2)\n    shared_helper(3)\n",
     );
     write(
         d,
         "app/b.py",
-        "from core.util import helper\nfrom app.a import run_a\n\n\ndef run_b():\n    helper(1)\n    run_a()\n",
+        "from core.util import shared_helper\nfrom app.a import run_a\n\n\ndef run_b():\n    shared_helper(1)\n    run_a()\n",
     );
     let many: String =
         (0..20).map(|i| format!("def many_function_number_{i}(value):\n    return value\n\n\n")).collect();
     write(d, "lib/many.py", &many);
     let calls: String = (0..20).map(|i| format!("    many_function_number_{i}(1)\n")).collect();
-    write(d, "app/c.py", "from core.util import helper\n\n\ndef run_c():\n    helper(1)\n");
+    write(d, "app/c.py", "from core.util import shared_helper\n\n\ndef run_c():\n    shared_helper(1)\n");
     write(
         d,
         "app/d.py",
-        &format!("from core.util import helper\nfrom lib.many import *\n\n\ndef run_d():\n    helper(1)\n{calls}"),
+        &format!("from core.util import shared_helper\nfrom lib.many import *\n\n\ndef run_d():\n    shared_helper(1)\n{calls}"),
     );
     write(
         d,
@@ -87,7 +87,7 @@ fn the_most_called_function_leads_the_map_and_the_map_fits_its_budget() {
     let mut gm = serve(dir.path(), &["--surface", "tools"]);
     let r = gm.call_ok("map", json!({}));
     let map = text(&r);
-    assert!(map.starts_with("core/util.py:\n  def helper(x):\n"), "{map}");
+    assert!(map.starts_with("core/util.py:\n  def shared_helper(x):\n"), "{map}");
     assert_eq!(headers(&r)[1], "web/util.js:", "formatName, called from two files, comes next: {map}");
     assert!(map.contains("  export function formatName(n)\n"), "the signature without its brace: {map}");
     assert!(!map.contains("lonely_one"), "nothing references it: {map}");
@@ -97,7 +97,10 @@ fn the_most_called_function_leads_the_map_and_the_map_fits_its_budget() {
     let small = gm.call_ok("map", json!({ "tokens": 50 }));
     let map = text(&small);
     assert!(map.len() <= 50 * 4, "{} bytes: {map}", map.len());
-    assert!(map.starts_with("core/util.py:\n  def helper(x):\n"), "the best one stays when the map is cut: {map}");
+    assert!(
+        map.starts_with("core/util.py:\n  def shared_helper(x):\n"),
+        "the best one stays when the map is cut: {map}"
+    );
     let cut = small["cut"].as_u64().expect("cut");
     let shown = small["definitions"].as_u64().expect("definitions");
     assert!(cut > 0, "{small}");

@@ -7,8 +7,12 @@
 //!
 //! References are matched by name, not resolved one by one as `callers` does: resolving every
 //! call of a kernel-size tree takes far longer than a map may, and a map wants the weight of a
-//! name, not each call's target. A name defined in several files splits its weight between
-//! them; a name the calling file defines itself stays in that file.
+//! name, not each call's target. A name reaches definitions in the languages the calling file
+//! can call (C with C++, JavaScript with TypeScript); one defined in several files splits its
+//! weight between them; one the calling file defines itself stays in that file. As in Aider,
+//! a specific name (long, with words: `parse_symbol`, `formatName`) weighs ten times a short
+//! generic one (`map`, `get`, `new`, which are mostly a library's methods on receivers of a
+//! type gm does not know), and a private `_name` a tenth.
 //!
 //! What is worked out from every file is kept: each file's references by its content hash, and
 //! the graph until a file's facts change, so an edit costs that file's references and a walk
@@ -23,58 +27,142 @@ use super::cache::Hash;
 use super::facts::{CallKind, DefKind, FileFacts};
 use super::store::{FileId, Store};
 
+/// Which definitions of its name a reference may reach.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Reach {
+    /// Any: a bare call, `Type::f`, `module.f`.
+    Any,
+    /// A method of this type (the receiver's type is known); when no definition of the name
+    /// is one of its, any method of the name if the type is the workspace's (an inherited or
+    /// a trait's method, a guess), else none (`str`, `Vec`: a library's).
+    Owner(Box<str>),
+    /// A method, on a receiver of a type gm does not know: only a method of a type the file
+    /// mentions (imports, constructs, calls through). `.map()`, `.is_empty()` on a library's
+    /// values name no type the file mentions, and reach nothing.
+    Mentioned,
+}
+
+/// What a [`Reach::Mentioned`] reference weighs against a sure one: most calls on a receiver
+/// of unknown type are a library's (`.is_empty()` on a `Vec`, `.map()` on an iterator), even in
+/// a file that mentions a type of the workspace with a method of that name.
+const GUESS: f64 = 0.1;
+
 /// What the map needs of one file, worked out once per content.
 #[derive(Debug, Default)]
 pub struct FileRefs {
-    /// Names the file references, each once with how often, sorted by name.
-    refs: Vec<(Box<str>, u32)>,
-    /// Names the file defines (no constants, no `impl` blocks: nothing calls those by name),
-    /// each once with its definitions' indices, sorted by name.
-    defs: Vec<(Box<str>, Vec<u32>)>,
+    /// What the file references, each once with how often, sorted.
+    refs: Vec<(Box<str>, Reach, u32)>,
+    /// Names the file defines (no constants, no `impl` blocks, no lowercase modules: nothing
+    /// calls those by name), each once with its definitions' indices and the types those
+    /// belong to (`""` for none), sorted by name.
+    defs: Vec<Defined>,
+    /// Names the file mentions that may be types, sorted: what it imports, constructs, calls
+    /// through, and defines.
+    mentions: Vec<Box<str>>,
+}
+
+/// The definitions of one name in a file.
+#[derive(Debug)]
+struct Defined {
+    name: Box<str>,
+    /// Indices into the file's definitions.
+    indices: Vec<u32>,
+    /// The types they belong to (`""` for none), sorted.
+    owners: Vec<Box<str>>,
+}
+
+/// The type a definition belongs to: its owner, or the type it is nested in.
+fn owner_of(f: &FileFacts, i: u32) -> &str {
+    let Some(d) = f.def(i) else { return "" };
+    if !d.owner.is_empty() {
+        return f.str(d.owner);
+    }
+    f.parents(i).find(|(_, p)| p.kind.is_type()).map_or("", |(_, p)| f.str(p.name))
 }
 
 impl FileRefs {
     pub fn of(f: &FileFacts) -> Self {
-        let mut refs: BTreeMap<&str, u32> = BTreeMap::new();
-        fn count<'f>(refs: &mut BTreeMap<&'f str, u32>, name: &'f str) {
-            if !name.is_empty() {
-                *refs.entry(name).or_default() += 1;
-            }
+        let mut refs: BTreeMap<(&str, Reach), u32> = BTreeMap::new();
+        let mut mentions: BTreeSet<&str> = BTreeSet::new();
+        for i in &f.imports {
+            mentions.extend([f.str(i.local), f.str(i.name)]);
         }
-        let mut add = |name| count(&mut refs, name);
+        let imported = |name: &str| f.imports.iter().any(|i| f.is(i.local, name));
         for c in &f.calls {
             let callee = f.str(c.callee);
+            if callee.is_empty() {
+                continue;
+            }
             // `from m import f as g; g()` calls `f`.
             let renamed = f.imports.iter().find(|i| !i.name.is_empty() && f.is(i.local, callee));
-            add(renamed.map_or(callee, |i| f.str(i.name)));
+            let name = renamed.map_or(callee, |i| f.str(i.name));
+            let qualifier = f.str(c.qualifier);
+            let first = qualifier.split('.').next().unwrap_or("");
+            let reach = if !c.recv_type.is_empty() {
+                Reach::Owner(f.str(c.recv_type).into())
+            } else if c.kind == CallKind::Method && !imported(first) {
+                Reach::Mentioned
+            } else {
+                Reach::Any
+            };
+            *refs.entry((name, reach)).or_default() += 1;
+            mentions.insert(name);
             // The type a call goes through is used too: `Store::open`, `store.get()` on a
             // `Store`. A lowercase qualifier is a variable or a module, not a type.
-            if !c.recv_type.is_empty() {
-                add(f.str(c.recv_type));
-            } else if c.kind != CallKind::Method {
-                let last = f.str(c.qualifier).rsplit('.').next().unwrap_or("");
-                if last.starts_with(|ch: char| ch.is_uppercase()) {
-                    add(last);
-                }
+            let through = if c.recv_type.is_empty() {
+                Some(qualifier.rsplit('.').next().unwrap_or("")).filter(|q| q.starts_with(char::is_uppercase))
+            } else {
+                Some(f.str(c.recv_type))
+            };
+            if let Some(ty) = through.filter(|t| !t.is_empty()) {
+                *refs.entry((ty, Reach::Any)).or_default() += 1;
+                mentions.insert(ty);
             }
         }
-        let mut defs: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
+        let mut defs: BTreeMap<&str, (Vec<u32>, BTreeSet<&str>)> = BTreeMap::new();
         for (i, d) in f.definitions.iter().enumerate() {
-            if !matches!(d.kind, DefKind::Constant | DefKind::Impl) {
-                defs.entry(f.str(d.name)).or_default().push(i as u32);
+            let name = f.str(d.name);
+            mentions.insert(name);
+            // A lowercase module (Rust's `mod map;`) is no call's target.
+            let module = d.kind == DefKind::Module && !name.starts_with(char::is_uppercase);
+            if !matches!(d.kind, DefKind::Constant | DefKind::Impl) && !module {
+                let entry = defs.entry(name).or_default();
+                entry.0.push(i as u32);
+                entry.1.insert(owner_of(f, i as u32));
             }
         }
+        mentions.remove("");
         Self {
-            refs: refs.into_iter().map(|(n, c)| (n.into(), c)).collect(),
-            defs: defs.into_iter().map(|(n, v)| (n.into(), v)).collect(),
+            refs: refs.into_iter().map(|((n, r), c)| (n.into(), r, c)).collect(),
+            defs: defs
+                .into_iter()
+                .map(|(n, (indices, o))| Defined {
+                    name: n.into(),
+                    indices,
+                    owners: o.into_iter().map(Into::into).collect(),
+                })
+                .collect(),
+            mentions: mentions.into_iter().map(Into::into).collect(),
         }
     }
 
     fn defs_named(&self, name: &str) -> &[u32] {
-        match self.defs.binary_search_by(|(n, _)| (**n).cmp(name)) {
-            Ok(at) => &self.defs[at].1,
+        match self.defs.binary_search_by(|d| (*d.name).cmp(name)) {
+            Ok(at) => &self.defs[at].indices,
             Err(_) => &[],
         }
+    }
+
+    /// The types the file's definitions of `name` belong to (`""` for none).
+    fn owners_of(&self, name: &str) -> &[Box<str>] {
+        match self.defs.binary_search_by(|d| (*d.name).cmp(name)) {
+            Ok(at) => &self.defs[at].owners,
+            Err(_) => &[],
+        }
+    }
+
+    fn mentions(&self, name: &str) -> bool {
+        self.mentions.binary_search_by(|m| (**m).cmp(name)).is_ok()
     }
 }
 
@@ -82,7 +170,28 @@ impl FileRefs {
 pub struct Node {
     pub rel: String,
     pub id: FileId,
+    /// The languages whose definitions its calls may reach ([`family`]).
+    family: &'static str,
     refs: Arc<FileRefs>,
+}
+
+/// Languages that call each other's definitions by name: C and C++ (a `.h` is either), and
+/// JavaScript and TypeScript; every other language on its own.
+fn family(lang: &str) -> &'static str {
+    match lang {
+        "c" | "cpp" => "c",
+        "javascript" | "typescript" | "tsx" => "js",
+        other => super::lang::by_name(other).map_or("", |l| l.name),
+    }
+}
+
+/// How much a reference to `name` weighs, before its count: Aider's rule.
+fn weight_of(name: &str) -> f64 {
+    let words = name.contains('_') && name.chars().any(char::is_alphabetic)
+        || name.chars().any(char::is_uppercase) && name.chars().any(char::is_lowercase);
+    let specific = if words && name.len() >= 8 { 10.0 } else { 1.0 };
+    let private = if name.starts_with('_') { 0.1 } else { 1.0 };
+    specific * private
 }
 
 /// A file's reference to the definitions of a name in a file (maybe itself).
@@ -123,28 +232,28 @@ impl MapCache {
         if let Some(g) = self.graph.as_ref().filter(|g| g.generation == store.generation()) {
             return g.clone();
         }
-        let mut files: Vec<(FileId, &str)> = store
+        let mut files: Vec<(FileId, &str, &'static str)> = store
             .summaries()
             .filter(|(_, _, s)| super::lang::by_name(&s.lang).is_some())
-            .map(|(id, rel, _)| (id, rel))
+            .map(|(id, rel, s)| (id, rel, family(&s.lang)))
             .collect();
         files.sort_unstable_by(|a, b| a.1.cmp(b.1));
         // After a restart the facts are still in the saved cache: those of changed files are
         // read on every core first.
         let unread: Vec<FileId> = files
             .iter()
-            .filter(|(_, rel)| {
+            .filter(|(_, rel, _)| {
                 let hash = store.get(rel).map(|s| s.hash);
                 self.refs.get(*rel).is_none_or(|(h, _)| Some(*h) != hash)
             })
-            .map(|(id, _)| *id)
+            .map(|(id, _, _)| *id)
             .collect();
         if store.reads_saved() {
             store.prefetch(&unread);
         }
         let mut kept = FxHashMap::default();
         let mut nodes = Vec::with_capacity(files.len());
-        for (id, rel) in files {
+        for (id, rel, family) in files {
             let Some(stamp) = store.get(rel) else { continue };
             let refs = match self.refs.remove(rel) {
                 Some((hash, refs)) if hash == stamp.hash => refs,
@@ -154,7 +263,7 @@ impl MapCache {
                 },
             };
             kept.insert(rel.to_owned(), (stamp.hash, refs.clone()));
-            nodes.push(Node { rel: rel.to_owned(), id, refs });
+            nodes.push(Node { rel: rel.to_owned(), id, family, refs });
         }
         // Files gone since are dropped with the old map.
         self.refs = kept;
@@ -166,12 +275,13 @@ impl MapCache {
 
 impl Graph {
     fn build(generation: u64, nodes: Vec<Node>) -> Self {
-        // Where each name is defined: its id and its files, in path order.
-        let mut definers: FxHashMap<&str, (u32, Vec<u32>)> = FxHashMap::default();
+        // Where each name is defined, per family of languages: its id and its files, in path
+        // order.
+        let mut definers: FxHashMap<(&str, &str), (u32, Vec<u32>)> = FxHashMap::default();
         let mut names: Vec<Box<str>> = Vec::new();
         for (n, node) in nodes.iter().enumerate() {
-            for (name, _) in &node.refs.defs {
-                let entry = definers.entry(&**name).or_insert_with(|| {
+            for Defined { name, .. } in &node.refs.defs {
+                let entry = definers.entry((node.family, &**name)).or_insert_with(|| {
                     names.push(name.clone());
                     (names.len() as u32 - 1, Vec::new())
                 });
@@ -184,16 +294,48 @@ impl Graph {
         for (a, node) in nodes.iter().enumerate() {
             let a = a as u32;
             let mut mine = Vec::new();
-            for (name, count) in &node.refs.refs {
-                let Some((name_id, files)) = definers.get(&**name) else { continue };
-                // Repeated calls count less than distinct ones (Aider takes the square root).
-                let weight = f64::from(*count).sqrt();
+            for (name, reach, count) in &node.refs.refs {
+                let Some((name_id, all)) = definers.get(&(node.family, &**name)) else { continue };
+                let owned_by = |b: &u32, ty: &str| nodes[*b as usize].refs.owners_of(name).iter().any(|o| **o == *ty);
+                let mut guess = *reach == Reach::Mentioned;
+                let files: Vec<u32> = match reach {
+                    Reach::Any => all.clone(),
+                    Reach::Owner(ty) => {
+                        let owned: Vec<u32> = all.iter().copied().filter(|b| owned_by(b, ty)).collect();
+                        // None of the type's own: inherited, or a trait's, when the type is
+                        // the workspace's (a guess); a library type's (`str`, `Vec`) otherwise.
+                        if owned.is_empty() && definers.contains_key(&(node.family, &**ty)) {
+                            guess = true;
+                            all.iter().copied().filter(|b| !owned_by(b, "")).collect()
+                        } else {
+                            owned
+                        }
+                    }
+                    Reach::Mentioned => all
+                        .iter()
+                        .copied()
+                        .filter(|b| {
+                            *b == a
+                                || nodes[*b as usize]
+                                    .refs
+                                    .owners_of(name)
+                                    .iter()
+                                    .any(|o| !o.is_empty() && node.refs.mentions(o))
+                        })
+                        .collect(),
+                };
+                if files.is_empty() {
+                    continue;
+                }
+                // Repeated calls count less than distinct ones (Aider takes the square root);
+                // a guess a tenth.
+                let weight = f64::from(*count).sqrt() * weight_of(name) * if guess { GUESS } else { 1.0 };
                 if files.binary_search(&a).is_ok() {
                     mine.push(Ref { to: a, name: *name_id, weight });
                     continue;
                 }
                 let share = weight / files.len() as f64;
-                for &b in files {
+                for &b in &files {
                     mine.push(Ref { to: b, name: *name_id, weight: share });
                     *pairs.entry((a, b)).or_default() += share;
                 }
@@ -336,8 +478,8 @@ pub fn rank(graph: &Graph, store: &Store, focus: &Focus, under: Option<&str>) ->
                 continue;
             }
             let tier = tier(node, true);
-            for (_, defs) in n.refs.defs.iter().filter(|(name, _)| named.contains(&**name)) {
-                for &def in defs {
+            for defined in n.refs.defs.iter().filter(|d| named.contains(&*d.name)) {
+                for &def in &defined.indices {
                     picked.entry((node, def)).or_insert(Ranked { node, def, tier, score: 0.0 });
                 }
             }
@@ -375,10 +517,15 @@ mod tests {
 
     fn node(rel: &str, refs: &[(&str, u32)], defs: &[&str]) -> Node {
         let refs = FileRefs {
-            refs: refs.iter().map(|(n, c)| ((*n).into(), *c)).collect(),
-            defs: defs.iter().enumerate().map(|(i, n)| ((*n).into(), vec![i as u32])).collect(),
+            refs: refs.iter().map(|(n, c)| ((*n).into(), Reach::Any, *c)).collect(),
+            defs: defs
+                .iter()
+                .enumerate()
+                .map(|(i, n)| Defined { name: (*n).into(), indices: vec![i as u32], owners: vec!["".into()] })
+                .collect(),
+            mentions: Vec::new(),
         };
-        Node { rel: rel.into(), id: 0, refs: Arc::new(refs) }
+        Node { rel: rel.into(), id: 0, family: "python", refs: Arc::new(refs) }
     }
 
     #[test]
@@ -414,6 +561,53 @@ mod tests {
         let to: Vec<(u32, f64)> = g.refs[0].iter().map(|r| (r.to, r.weight)).collect();
         assert_eq!(to, [(0, 1.0), (1, 1.0), (2, 1.0)], "sqrt(4) = 2 split in two; helper is a.rs's own");
         assert_eq!(g.edges, [(0, 1, 1.0), (0, 2, 1.0)], "no edge from a file to itself");
+    }
+
+    #[test]
+    fn a_method_on_a_library_type_reaches_nothing_and_one_on_an_unknown_receiver_is_a_guess() {
+        let refs = |refs: Vec<(&str, Reach, u32)>, mentions: &[&str]| FileRefs {
+            refs: refs.into_iter().map(|(n, r, c)| (n.into(), r, c)).collect(),
+            defs: Vec::new(),
+            mentions: mentions.iter().map(|m| (*m).into()).collect(),
+        };
+        let defined = Defined { name: "is_empty".into(), indices: vec![0], owners: vec!["Span".into()] };
+        let span = FileRefs { defs: vec![defined], ..FileRefs::default() };
+        let nodes = vec![
+            Node {
+                rel: "a.rs".into(),
+                id: 0,
+                family: "rust",
+                refs: Arc::new(refs(
+                    vec![("is_empty", Reach::Owner("str".into()), 3), ("is_empty", Reach::Mentioned, 2)],
+                    &[],
+                )),
+            },
+            Node { rel: "b.rs".into(), id: 1, family: "rust", refs: Arc::new(span) },
+            Node {
+                rel: "c.rs".into(),
+                id: 2,
+                family: "rust",
+                refs: Arc::new(refs(vec![("is_empty", Reach::Mentioned, 1)], &["Span"])),
+            },
+        ];
+        let g = Graph::build(0, nodes);
+        assert!(g.refs[0].is_empty(), "a str's is_empty, and a guess in a file that names no Span");
+        let to: Vec<(u32, f64)> = g.refs[2].iter().map(|r| (r.to, r.weight)).collect();
+        assert_eq!(to.len(), 1);
+        assert_eq!(to[0].0, 1);
+        assert!((to[0].1 - GUESS * 10.0).abs() < 1e-12, "a guess at a specific name: {to:?}");
+    }
+
+    #[test]
+    fn specific_names_weigh_more_than_generic_ones_and_private_ones_less() {
+        assert_eq!(weight_of("map"), 1.0);
+        assert_eq!(weight_of("get_user"), 10.0);
+        assert_eq!(weight_of("formatName"), 10.0);
+        assert_eq!(weight_of("Resolver"), 10.0, "a type's name is one word, in two cases");
+        assert_eq!(weight_of("RESOLVER"), 1.0);
+        assert_eq!(weight_of("_private"), 1.0, "specific, and private");
+        assert_eq!(family("tsx"), family("javascript"));
+        assert_ne!(family("go"), family("rust"));
     }
 
     #[test]
