@@ -290,7 +290,8 @@ impl Graph {
         }
         let mut refs: Vec<Vec<Ref>> = Vec::with_capacity(nodes.len());
         let mut out = vec![0.0; nodes.len()];
-        let mut pairs: BTreeMap<(u32, u32), f64> = BTreeMap::new();
+        // Each pair's sum runs in node order whatever the map's order: the same every time.
+        let mut pairs: FxHashMap<(u32, u32), f64> = FxHashMap::default();
         for (a, node) in nodes.iter().enumerate() {
             let a = a as u32;
             let mut mine = Vec::new();
@@ -344,7 +345,8 @@ impl Graph {
             refs.push(mine);
         }
         let mut cross_out = vec![0.0; nodes.len()];
-        let edges: Vec<(u32, u32, f64)> = pairs.into_iter().map(|((a, b), w)| (a, b, w)).collect();
+        let mut edges: Vec<(u32, u32, f64)> = pairs.into_iter().map(|((a, b), w)| (a, b, w)).collect();
+        edges.sort_unstable_by_key(|&(a, b, _)| (a, b));
         for &(a, _, w) in &edges {
             cross_out[a as usize] += w;
         }
@@ -443,7 +445,8 @@ pub fn rank(graph: &Graph, store: &Store, focus: &Focus, under: Option<&str>) ->
     let file_rank = graph.pagerank(&focus.files);
     let mentioned: Vec<bool> = graph.names.iter().map(|n| focus.mentions(n)).collect();
     // The rank of each (file, name) defined there: what its referencing files give it.
-    let mut by_name: BTreeMap<(u32, u32), f64> = BTreeMap::new();
+    // Each sum runs in node order; the map's own order is undone by `picked` below.
+    let mut by_name: FxHashMap<(u32, u32), f64> = FxHashMap::default();
     for (a, refs) in graph.refs.iter().enumerate() {
         if graph.out[a] == 0.0 {
             continue;
