@@ -350,6 +350,8 @@ pub fn registry() -> &'static [Verb] {
                 "What a change to a function reaches: its callers, their callers, up to depth (default 3), as a graph of nodes and edges with the files."),
             verb!("symbols", "code", Effect::Read, LONG, search::SymbolsArgs, search::symbols,
                 "Definitions with kind, line range and signature: one file's outline (nested), or the workspace's by name (exact, prefix, identifier parts); paged."),
+            verb!("map", "code", Effect::Read, LONG, search::MapArgs, search::map,
+                "The repository at a glance within a token budget: the definitions the rest of the tree references most (PageRank over files' references), focus files and words raised, as file headers with signatures."),
             verb!("git_status", "git", Effect::Read, git::NoArgs, git::git_status,
                 "Changed files of the workspace's repository, staged (index) and unstaged (worktree), like git status --porcelain."),
             verb!("git_state", "git", Effect::Read, git::NoArgs, git::git_state,

@@ -10,7 +10,7 @@ use serde_json::json;
 use super::files::write_atomic;
 use super::{Ctx, VerbError};
 use crate::search::calls::{
-    Callers, CallersReply, DefKind, Impact, ImpactReply, Symbols, SymbolsError, SymbolsOf, SymbolsReply,
+    Callers, CallersReply, DefKind, Impact, ImpactReply, Map, MapReply, Symbols, SymbolsError, SymbolsOf, SymbolsReply,
 };
 use crate::search::grep::{self, GrepQuery, GrepResult, Mode};
 use crate::search::index_actor::{Search, SearchReply};
@@ -330,4 +330,52 @@ pub async fn symbols(ctx: Ctx, args: SymbolsArgs) -> Result<SymbolsReply, VerbEr
         e @ SymbolsError::Unsupported { .. } => VerbError::InvalidArgs(e.to_string()),
         SymbolsError::Internal(m) => VerbError::Internal(m),
     })
+}
+
+const DEFAULT_MAP_TOKENS: usize = 2_000;
+const MIN_MAP_TOKENS: usize = 50;
+const MAX_MAP_TOKENS: usize = 100_000;
+const MAX_FOCUS: usize = 200;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MapArgs {
+    /// The map's budget in tokens, estimated as bytes / 4 (default 2000, from 50 to 100000).
+    pub tokens: Option<usize>,
+    /// What is being worked on: files or folders (relative to the workspace), whose
+    /// definitions come first and whose neighbours rank higher; and words (a query's): the
+    /// definitions whose name holds one of them come next.
+    pub focus: Option<Vec<String>>,
+    /// Only definitions in files under this path (relative to the workspace); the ranking is
+    /// still the whole tree's.
+    pub path: Option<String>,
+}
+
+pub async fn map(ctx: Ctx, args: MapArgs) -> Result<MapReply, VerbError> {
+    let tokens = args.tokens.unwrap_or(DEFAULT_MAP_TOKENS);
+    if !(MIN_MAP_TOKENS..=MAX_MAP_TOKENS).contains(&tokens) {
+        return Err(VerbError::InvalidArgs(format!(
+            "tokens must be between {MIN_MAP_TOKENS} and {MAX_MAP_TOKENS} (the map's size, estimated as bytes / 4); got {tokens}"
+        )));
+    }
+    let focus = args.focus.unwrap_or_default();
+    if focus.len() > MAX_FOCUS {
+        return Err(VerbError::InvalidArgs(format!(
+            "focus takes at most {MAX_FOCUS} files and words; got {}",
+            focus.len()
+        )));
+    }
+    for item in &focus {
+        if item.trim().is_empty() {
+            return Err(VerbError::InvalidArgs("focus has an empty item; give files, folders or words".into()));
+        }
+        // A path outside the workspace would otherwise be taken for words and match nothing.
+        if Path::new(item.trim()).is_absolute() || item.split('/').any(|part| part == "..") {
+            return Err(VerbError::InvalidArgs(format!(
+                "focus item '{item}' is outside the workspace; give a path relative to it, or words"
+            )));
+        }
+    }
+    let msg = Map { tokens, focus, path: prefix(args.path.as_deref())? };
+    ctx.calls.send(msg).await.map_err(calls_unavailable)?.map_err(VerbError::Internal)
 }

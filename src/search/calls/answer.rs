@@ -522,7 +522,7 @@ pub fn outline(workspace: &Path, rel: &str, f: &FileFacts, offset: usize, limit:
 }
 
 /// [`signature`] over a file already read.
-fn signature_in(source: &[u8], start: u32) -> String {
+pub(super) fn signature_in(source: &[u8], start: u32) -> String {
     let from = (start as usize).min(source.len());
     let to = (from + 2048).min(source.len());
     joined_signature(&String::from_utf8_lossy(&source[from..to]))

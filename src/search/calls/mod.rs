@@ -13,6 +13,8 @@
 //! - `store.rs` — every file's facts in memory, with where each name is defined and called.
 //! - `resolve.rs` — which definitions a call may reach.
 //! - `answer.rs` — the replies of `callers`, `impact` and `symbols`.
+//! - `map.rs` — `map`: the definitions the rest of the tree references most (PageRank over
+//!   the files' reference graph); `map_text.rs` renders them within a budget.
 //! - `cache.rs` — the cache on disk, read piece by piece as queries need it.
 //! - `names.rs` — the cache's table of where each name is called and defined.
 
@@ -21,6 +23,8 @@ mod cache;
 mod extract;
 mod facts;
 pub mod lang;
+mod map;
+mod map_text;
 mod names;
 mod resolve;
 mod store;
@@ -76,6 +80,8 @@ pub struct CallIndex {
     tree: Option<TreeStamp>,
     /// A saved cache smaller than this is checked whole when read ([`CHECK_WHOLE_BELOW`]).
     check_whole_below: u64,
+    /// What `map` worked out from every file, kept until files change.
+    map: map::MapCache,
 }
 
 /// Whether a file may be source gm reads: an extension of one of its languages, or no
@@ -129,6 +135,7 @@ impl CallIndex {
             git_index,
             tree: None,
             check_whole_below: CHECK_WHOLE_BELOW,
+            map: map::MapCache::default(),
         }
     }
 
@@ -243,6 +250,8 @@ impl CallIndex {
         self.tree = None;
         self.loaded = true;
         self.scanned = None;
+        // What the map read from the damaged facts is as wrong as they were.
+        self.map = map::MapCache::default();
         let _ = std::fs::remove_file(&self.file);
     }
 
@@ -404,6 +413,27 @@ impl CallIndex {
         }
     }
 
+    /// The repository's map: its most referenced definitions within `msg.tokens`.
+    fn map(&mut self, msg: Map) -> Result<MapReply, String> {
+        self.checked(|me| {
+            let (parsed, scanned) = me.fresh()?;
+            let graph = me.map.graph(&me.store);
+            let focus = map::Focus::of(&graph, &msg.focus);
+            let ranked = map::rank(&graph, &me.store, &focus, msg.path.as_deref());
+            let shown = map_text::render(&me.workspace, &graph, &me.store, &ranked, msg.tokens.saturating_mul(4));
+            Ok(MapReply {
+                tokens: shown.text.len().div_ceil(4),
+                map: shown.text,
+                files: shown.files,
+                definitions: shown.definitions,
+                cut: shown.cut,
+                fresh: parsed,
+                files_scanned: scanned,
+                skipped: me.skipped.clone(),
+            })
+        })
+    }
+
     /// One file's outline. The file is read as it is now: from the index when its entry is
     /// fresh, else parsed on the spot (without reading the whole cache, which a first call on
     /// a large tree would wait for).
@@ -557,6 +587,41 @@ pub struct Symbols {
     pub limit: usize,
 }
 
+/// The repository at a glance: its most referenced definitions, `focus` raised, within
+/// `tokens` (estimated as bytes / 4).
+#[derive(Message)]
+#[rtype(result = "Result<MapReply, String>")]
+pub struct Map {
+    pub tokens: usize,
+    /// Files or folders (relative paths) and words.
+    pub focus: Vec<String>,
+    /// Only definitions in files under this path.
+    pub path: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MapReply {
+    /// File headers with the signatures of their ranked definitions, best file first.
+    pub map: String,
+    /// Files in the map.
+    pub files: usize,
+    /// Ranked definitions in the map (the lines that only show what they are nested in are
+    /// not counted).
+    pub definitions: usize,
+    /// The map's size in tokens, estimated as bytes / 4.
+    pub tokens: usize,
+    /// Ranked definitions left out to fit the budget.
+    pub cut: usize,
+    /// Files parsed again for this answer (changed since the last call); the map is of the
+    /// tree as it is now.
+    pub fresh: usize,
+    pub files_scanned: usize,
+    /// Files of languages gm does not parse, by language.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub skipped: BTreeMap<String, usize>,
+}
+
 pub enum SymbolsOf {
     File(String),
     Query { query: String, kind: Option<DefKind>, path: Option<String> },
@@ -594,6 +659,13 @@ impl Handler<Impact> for CallIndex {
     type Result = Result<ImpactReply, String>;
     fn handle(&mut self, msg: Impact, _: &mut SyncContext<Self>) -> Self::Result {
         self.impact(msg)
+    }
+}
+
+impl Handler<Map> for CallIndex {
+    type Result = Result<MapReply, String>;
+    fn handle(&mut self, msg: Map, _: &mut SyncContext<Self>) -> Self::Result {
+        self.map(msg)
     }
 }
 

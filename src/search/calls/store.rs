@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use rustc_hash::{FxHashMap, FxHasher};
@@ -66,6 +66,16 @@ pub struct Store {
     /// Files of a language gm parses, counted as they come and go (every reply gives the
     /// count; counting 60,000 summaries took a millisecond of each warm `callers`).
     sources: usize,
+    /// Changes whenever a file's facts come or go, unique across stores (a store started
+    /// over never repeats an old one's): what is worked out from every file (the map's
+    /// graph) is kept until it changes.
+    generation: u64,
+}
+
+/// The next [`Store::generation`].
+fn next_generation() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 fn is_source(summary: &Summary) -> bool {
@@ -87,6 +97,7 @@ impl Default for Store {
             damaged: AtomicBool::new(false),
             aliases: Default::default(),
             sources: 0,
+            generation: next_generation(),
         }
     }
 }
@@ -197,6 +208,7 @@ impl Store {
 
     pub fn insert(&mut self, rel: String, cached: Cached) {
         self.remove(&rel);
+        self.generation = next_generation();
         let id = self.free.pop().unwrap_or(self.slots.len() as FileId);
         let summary = Arc::new(Summary::of(&cached.facts));
         self.sources += usize::from(is_source(&summary));
@@ -211,6 +223,7 @@ impl Store {
 
     pub fn remove(&mut self, rel: &str) -> bool {
         let Some(id) = self.ids.remove(rel) else { return false };
+        self.generation = next_generation();
         if let Some(slot) = self.slots.get_mut(id as usize).and_then(Option::take) {
             self.sources -= usize::from(is_source(&slot.summary));
             match &slot.facts {
@@ -235,6 +248,11 @@ impl Store {
         for (n, shard) in self.shards.iter_mut().enumerate() {
             shard.index(id, f, add, |name| shard_of(name, count) == n);
         }
+    }
+
+    /// What [`Store::generation`] the facts are at.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// How many files are of a language gm parses.
