@@ -475,7 +475,7 @@ fn c_calls_resolve_to_the_file_s_own_static_function_and_macros_are_counted_unre
 }
 
 /// JavaScript, with a shebang script without extension (read as JavaScript), a shell script
-/// and a Kotlin file (languages gm does not parse: skipped and counted).
+/// and a Perl file (languages gm does not parse: skipped and counted).
 #[test]
 fn javascript_calls_resolve_and_a_script_is_read_by_its_shebang_while_other_languages_are_counted() {
     check(Expect {
@@ -516,11 +516,52 @@ fn javascript_calls_resolve_and_a_script_is_read_by_its_shebang_while_other_lang
     let mut gm = serve(&root);
     let r = gm.call_ok("callers", json!({ "symbol": "checkout" }));
     assert_eq!(sites(&r), ["bin/tool:5 main exact"], "{r}");
-    assert_eq!(r["skipped"], json!({ "kotlin": 1, "shell": 1 }), "{r}");
+    assert_eq!(r["skipped"], json!({ "perl": 1, "shell": 1 }), "{r}");
     assert_eq!(r["filesScanned"], 4, "lib/*.js and bin/tool: {r}");
     let r = gm.call_ok("symbols", json!({ "file": "bin/tool" }));
     assert_eq!(
         (r["language"].as_str(), outline(&r["symbols"])),
         (Some("javascript"), vec!["function main [method save]".to_owned()])
     );
+}
+
+#[test]
+fn kotlin_calls_resolve_through_declared_types_companion_objects_and_import_aliases() {
+    check(Expect {
+        lang: "kotlin",
+        method: "Repo.save",
+        method_sites: &[
+            "src/main/kotlin/shop/app/App.kt:10 run exact",
+            "src/main/kotlin/shop/app/App.kt:13 run ambiguous",
+            "src/main/kotlin/shop/store/Store.kt:15 flush exact",
+        ],
+        name: "save",
+        name_sites: &[
+            "src/main/kotlin/shop/app/App.kt:10 run exact",
+            "src/main/kotlin/shop/app/App.kt:12 run exact",
+            "src/main/kotlin/shop/app/App.kt:13 run ambiguous",
+            "src/main/kotlin/shop/store/Store.kt:15 flush exact",
+        ],
+        name_definitions: 3,
+        function: "helper",
+        function_sites: &[
+            "src/main/kotlin/shop/app/App.kt:14 inner exact",
+            "src/main/kotlin/shop/app/App.kt:17 run exact",
+        ],
+        impact: &[
+            "inner -> helper src/main/kotlin/shop/app/App.kt:14",
+            "Checkout.run -> helper src/main/kotlin/shop/app/App.kt:17",
+            "Checkout.run -> inner src/main/kotlin/shop/app/App.kt:17",
+            "main -> Checkout.run src/main/kotlin/shop/app/App.kt:23",
+        ],
+        outline_file: "src/main/kotlin/shop/store/Store.kt",
+        outline: &[
+            "interface Saver [method save]",
+            "class Repo [method open, method save, method flush]",
+            "class Cache [method save]",
+            "function helper",
+        ],
+        broken_file: "src/main/kotlin/shop/app/Broken.kt",
+        broken: &["function ok"],
+    });
 }

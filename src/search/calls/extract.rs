@@ -14,7 +14,7 @@
 //! | `@reference.call` / `.new` / `.macro` / `.in_macro` + `@name` | the call, the called name | a call, a constructor call, a macro call, a call-like token run in a macro's arguments |
 //! | `@receiver` | in a call's match | the object of `obj.f()` |
 //! | `@qualifier` | in a call's match | the path of `Type::f()`, `ns::f()` (several are joined) |
-//! | `@import` + `@import.module`, `@import.name`, `@import.alias` | an import | what it binds (several modules are joined) |
+//! | `@import` + `@import.module`, `@import.name`, `@import.alias` | an import | what it binds (several modules are joined; a module that ends with the name is the path before it) |
 //! | `@bind.name` / `@bind.field` + `@bind.type` | anywhere | a variable, or a field of the current type, has that type |
 //! | `@module` | anywhere | the package or namespace the file declares |
 
@@ -221,6 +221,21 @@ fn collect<'t>(compiled: &Compiled, root: Node<'t>, src: &[u8]) -> Raw<'t> {
     raw
 }
 
+/// An import's module as written. A grammar that parses `import a.b.C` as one path gives the
+/// query no node for `a.b` alone: the query captures the path as the module and its last part
+/// as the name, and the module is the path before the name.
+fn module_text<'a>(module: Node, name: Option<Node>, src: &'a [u8]) -> &'a str {
+    let whole = text(module, src);
+    let path = match name {
+        Some(name) if module.start_byte() < name.start_byte() && name.end_byte() == module.end_byte() => {
+            let before = std::str::from_utf8(&src[module.start_byte()..name.start_byte()]).unwrap_or("");
+            before.trim_end_matches(|c: char| c == '.' || c == ':' || c == '/' || c.is_whitespace())
+        }
+        _ => whole,
+    };
+    path.trim_matches(|c| c == '"' || c == '\'')
+}
+
 fn text<'a>(node: Node, src: &'a [u8]) -> &'a str {
     std::str::from_utf8(&src[node.byte_range()]).unwrap_or("")
 }
@@ -347,8 +362,7 @@ fn build(lang: &Lang, mut raw: Raw, src: &[u8], b: &mut Builder) -> Option<()> {
         b.facts.calls.push(call);
     }
     for i in &raw.imports {
-        let modules: Vec<&str> =
-            i.modules.iter().map(|n| text(*n, src).trim_matches(|c| c == '"' || c == '\'')).collect();
+        let modules: Vec<&str> = i.modules.iter().map(|n| module_text(*n, i.name, src)).collect();
         let module = modules.join(".");
         let name = i.name.map(|n| text(n, src)).unwrap_or("");
         let local = match (i.alias, name) {

@@ -403,3 +403,11 @@ fn with_git_s_index_unchanged_a_restart_checks_the_saved_files_and_a_new_tracked
     let r = callers(&mut index(dir.path()), "helper");
     assert_eq!((r.files_scanned, r.total), (2, 2), "a tracked file gone from the disk is gone");
 }
+
+#[test]
+fn kotlin_imports_bind_their_last_name_or_alias_to_the_package_before_it() {
+    let f = facts("a.kt", "import shop.store.Cache\nimport shop.store.helper as assist\n");
+    let imports: Vec<(&str, &str, &str)> =
+        f.imports.iter().map(|i| (f.str(i.local), f.str(i.name), f.str(i.module))).collect();
+    assert_eq!(imports, [("Cache", "Cache", "shop.store"), ("assist", "helper", "shop.store")]);
+}

@@ -103,7 +103,7 @@ macro_rules! languages {
     };
 }
 
-languages!(javascript, typescript, python, rust, go, java, c, cpp, csharp, ruby, php);
+languages!(javascript, typescript, python, rust, go, java, c, cpp, csharp, ruby, php, kotlin);
 
 /// The language of a file from its extension.
 pub fn by_extension(rel: &str) -> Option<&'static Lang> {
@@ -158,7 +158,6 @@ pub fn other_language(rel: &str) -> Option<&'static str> {
     let file = rel.rsplit('/').next().unwrap_or(rel);
     let (_, ext) = file.rsplit_once('.')?;
     Some(match ext {
-        "kt" | "kts" => "kotlin",
         "swift" => "swift",
         "scala" | "sc" => "scala",
         "m" | "mm" => "objective-c",
@@ -216,7 +215,8 @@ mod tests {
         assert_eq!(by_interpreter("ruby").map(|l| l.name), Ok("ruby"));
         assert_eq!(by_interpreter("node").map(|l| l.name), Ok("javascript"));
         assert_eq!(by_interpreter("bash").map(|l| l.name), Err("shell"));
-        assert_eq!(other_language("app/Main.kt"), Some("kotlin"));
+        assert_eq!(by_extension("app/Main.kt").map(|l| l.name), Some("kotlin"));
+        assert_eq!(other_language("app/Main.hs"), Some("haskell"));
         assert_eq!(other_language("README.md"), None);
         assert!(extensionless("bin/tool") && !extensionless("bin/tool.py"));
     }
