@@ -565,3 +565,41 @@ fn kotlin_calls_resolve_through_declared_types_companion_objects_and_import_alia
         broken: &["function ok"],
     });
 }
+
+#[test]
+fn swift_calls_resolve_through_stored_properties_initializers_and_module_qualifiers() {
+    check(Expect {
+        lang: "swift",
+        method: "Repo.save",
+        method_sites: &[
+            "Sources/App/App.swift:11 run exact",
+            "Sources/App/App.swift:14 run ambiguous",
+            "Sources/Store/Store.swift:15 flush exact",
+        ],
+        name: "save",
+        name_sites: &[
+            "Sources/App/App.swift:11 run exact",
+            "Sources/App/App.swift:13 run exact",
+            "Sources/App/App.swift:14 run ambiguous",
+            "Sources/Store/Store.swift:15 flush exact",
+        ],
+        name_definitions: 3,
+        function: "helper",
+        function_sites: &["Sources/App/App.swift:15 inner exact", "Sources/App/App.swift:18 run exact"],
+        impact: &[
+            "inner -> helper Sources/App/App.swift:15",
+            "Checkout.run -> helper Sources/App/App.swift:18",
+            "Checkout.run -> inner Sources/App/App.swift:18",
+            "main -> Checkout.run Sources/App/App.swift:24",
+        ],
+        outline_file: "Sources/Store/Store.swift",
+        outline: &[
+            "interface Saver [method save]",
+            "class Repo [method open, method save, method flush]",
+            "struct Cache [method save]",
+            "function helper",
+        ],
+        broken_file: "Sources/App/Broken.swift",
+        broken: &["function ok"],
+    });
+}

@@ -411,3 +411,12 @@ fn kotlin_imports_bind_their_last_name_or_alias_to_the_package_before_it() {
         f.imports.iter().map(|i| (f.str(i.local), f.str(i.name), f.str(i.module))).collect();
     assert_eq!(imports, [("Cache", "Cache", "shop.store"), ("assist", "helper", "shop.store")]);
 }
+
+#[test]
+fn a_swift_extension_s_methods_belong_to_the_extended_type() {
+    let f = facts("a.swift", "extension Repo: Codable {\n    func reload() { self.save(0) }\n}\n");
+    let defs: Vec<(&str, &str)> = f.definitions.iter().map(|d| (f.str(d.name), f.str(d.owner))).collect();
+    assert_eq!(defs, [("Repo", ""), ("reload", "Repo")]);
+    let calls: Vec<(&str, &str)> = f.calls.iter().map(|c| (f.str(c.callee), f.str(c.recv_type))).collect();
+    assert_eq!(calls, [("save", "Repo")]);
+}
