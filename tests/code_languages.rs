@@ -603,3 +603,44 @@ fn swift_calls_resolve_through_stored_properties_initializers_and_module_qualifi
         broken: &["function ok"],
     });
 }
+
+#[test]
+fn scala_calls_resolve_through_companion_objects_class_parameters_and_renaming_imports() {
+    check(Expect {
+        lang: "scala",
+        method: "Repo.save",
+        method_sites: &[
+            "src/main/scala/shop/app/App.scala:8 run exact",
+            "src/main/scala/shop/app/App.scala:11 run ambiguous",
+            "src/main/scala/shop/store/Store.scala:11 flush exact",
+        ],
+        name: "save",
+        name_sites: &[
+            "src/main/scala/shop/app/App.scala:8 run exact",
+            "src/main/scala/shop/app/App.scala:10 run exact",
+            "src/main/scala/shop/app/App.scala:11 run ambiguous",
+            "src/main/scala/shop/store/Store.scala:11 flush exact",
+        ],
+        name_definitions: 3,
+        function: "helper",
+        function_sites: &[
+            "src/main/scala/shop/app/App.scala:12 inner exact",
+            "src/main/scala/shop/app/App.scala:15 run exact",
+        ],
+        impact: &[
+            "inner -> Util.helper src/main/scala/shop/app/App.scala:12",
+            "Checkout.run -> Util.helper src/main/scala/shop/app/App.scala:15",
+            "Checkout.run -> inner src/main/scala/shop/app/App.scala:15",
+            "Main.main -> Checkout.run src/main/scala/shop/app/App.scala:22",
+        ],
+        outline_file: "src/main/scala/shop/store/Store.scala",
+        outline: &[
+            "trait Saver [method save]",
+            "class Repo [method save, method flush]",
+            "class Repo [method open]",
+            "class Cache [method save]",
+        ],
+        broken_file: "src/main/scala/shop/app/Broken.scala",
+        broken: &["class Broken", "function ok"],
+    });
+}

@@ -14,7 +14,7 @@
 //! | `@reference.call` / `.new` / `.macro` / `.in_macro` + `@name` | the call, the called name | a call, a constructor call, a macro call, a call-like token run in a macro's arguments |
 //! | `@receiver` | in a call's match | the object of `obj.f()` |
 //! | `@qualifier` | in a call's match | the path of `Type::f()`, `ns::f()` (several are joined) |
-//! | `@import` + `@import.module`, `@import.name`, `@import.alias` | an import | what it binds (several modules are joined; a module that ends with the name is the path before it) |
+//! | `@import` + `@import.module`, `@import.name`, `@import.alias` | an import | what it binds (several modules are joined; a module that holds the name is its parts before it) |
 //! | `@bind.name` / `@bind.field` + `@bind.type` | anywhere | a variable, or a field of the current type, has that type |
 //! | `@module` | anywhere | the package or namespace the file declares |
 
@@ -221,17 +221,27 @@ fn collect<'t>(compiled: &Compiled, root: Node<'t>, src: &[u8]) -> Raw<'t> {
     raw
 }
 
-/// An import's module as written. A grammar that parses `import a.b.C` as one path gives the
-/// query no node for `a.b` alone: the query captures the path as the module and its last part
-/// as the name, and the module is the path before the name.
+/// An import's module as written. A grammar that parses `import a.b.C` or `import a.b.{C, D}`
+/// as one node gives the query no node for `a.b` alone: the query captures the whole node as
+/// the module and the imported name inside it, and the module is the node's parts before the
+/// one that holds the name (a leading `import` keyword is no named part).
 fn module_text<'a>(module: Node, name: Option<Node>, src: &'a [u8]) -> &'a str {
-    let whole = text(module, src);
-    let path = match name {
-        Some(name) if module.start_byte() < name.start_byte() && name.end_byte() == module.end_byte() => {
-            let before = std::str::from_utf8(&src[module.start_byte()..name.start_byte()]).unwrap_or("");
-            before.trim_end_matches(|c: char| c == '.' || c == ':' || c == '/' || c.is_whitespace())
+    let inside = name.filter(|n| {
+        n.id() != module.id() && module.start_byte() <= n.start_byte() && n.end_byte() <= module.end_byte()
+    });
+    let path = match inside {
+        Some(name) => {
+            let mut cursor = module.walk();
+            let before: Vec<Node> =
+                module.named_children(&mut cursor).take_while(|c| c.end_byte() <= name.start_byte()).collect();
+            match (before.first(), before.last()) {
+                (Some(first), Some(last)) => {
+                    std::str::from_utf8(&src[first.start_byte()..last.end_byte()]).unwrap_or("")
+                }
+                _ => "",
+            }
         }
-        _ => whole,
+        None => text(module, src),
     };
     path.trim_matches(|c| c == '"' || c == '\'')
 }

@@ -420,3 +420,14 @@ fn a_swift_extension_s_methods_belong_to_the_extended_type() {
     let calls: Vec<(&str, &str)> = f.calls.iter().map(|c| (f.str(c.callee), f.str(c.recv_type))).collect();
     assert_eq!(calls, [("save", "Repo")]);
 }
+
+#[test]
+fn scala_imports_bind_selectors_and_renames_to_the_path_before_them() {
+    let f = facts("a.scala", "import shop.store.Repo\nimport shop.store.{Cache, Util => U}\nimport shop._\n");
+    let imports: Vec<(&str, &str, &str)> =
+        f.imports.iter().map(|i| (f.str(i.local), f.str(i.name), f.str(i.module))).collect();
+    assert_eq!(
+        imports,
+        [("Repo", "Repo", "shop.store"), ("Cache", "Cache", "shop.store"), ("U", "Util", "shop.store")]
+    );
+}

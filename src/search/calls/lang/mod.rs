@@ -103,7 +103,7 @@ macro_rules! languages {
     };
 }
 
-languages!(javascript, typescript, python, rust, go, java, c, cpp, csharp, ruby, php, kotlin, swift);
+languages!(javascript, typescript, python, rust, go, java, c, cpp, csharp, ruby, php, kotlin, swift, scala);
 
 /// The language of a file from its extension.
 pub fn by_extension(rel: &str) -> Option<&'static Lang> {
@@ -158,7 +158,6 @@ pub fn other_language(rel: &str) -> Option<&'static str> {
     let file = rel.rsplit('/').next().unwrap_or(rel);
     let (_, ext) = file.rsplit_once('.')?;
     Some(match ext {
-        "scala" | "sc" => "scala",
         "m" | "mm" => "objective-c",
         "sh" | "bash" | "zsh" => "shell",
         "pl" | "pm" => "perl",
