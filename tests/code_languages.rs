@@ -644,3 +644,45 @@ fn scala_calls_resolve_through_companion_objects_class_parameters_and_renaming_i
         broken: &["class Broken", "function ok"],
     });
 }
+
+#[test]
+fn lua_calls_resolve_through_self_require_and_the_new_constructor_convention() {
+    check(Expect {
+        lang: "lua",
+        method: "Repo.save",
+        method_sites: &[
+            "shop/app.lua:7 checkout exact",
+            "shop/app.lua:10 checkout ambiguous",
+            "shop/store.lua:15 flush exact",
+        ],
+        name: "save",
+        name_sites: &[
+            "shop/app.lua:7 checkout exact",
+            "shop/app.lua:9 checkout exact",
+            "shop/app.lua:10 checkout ambiguous",
+            "shop/store.lua:15 flush exact",
+        ],
+        name_definitions: 2,
+        function: "helper",
+        function_sites: &["shop/app.lua:11 inner exact"],
+        impact: &[
+            "inner -> M.helper shop/app.lua:11",
+            "checkout -> inner shop/app.lua:13",
+            "main -> checkout shop/app.lua:17",
+        ],
+        outline_file: "shop/store.lua",
+        outline: &[
+            "class M",
+            "class Repo",
+            "method new",
+            "method save",
+            "method flush",
+            "class Cache",
+            "method new",
+            "method save",
+            "method helper",
+        ],
+        broken_file: "shop/broken.lua",
+        broken: &["function ok"],
+    });
+}

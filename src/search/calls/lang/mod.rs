@@ -103,7 +103,7 @@ macro_rules! languages {
     };
 }
 
-languages!(javascript, typescript, python, rust, go, java, c, cpp, csharp, ruby, php, kotlin, swift, scala);
+languages!(javascript, typescript, python, rust, go, java, c, cpp, csharp, ruby, php, kotlin, swift, scala, lua);
 
 /// The language of a file from its extension.
 pub fn by_extension(rel: &str) -> Option<&'static Lang> {
@@ -144,7 +144,6 @@ pub fn by_interpreter(program: &str) -> Result<&'static Lang, &'static str> {
     Err(match base {
         "sh" | "bash" | "zsh" | "dash" | "ksh" | "fish" => "shell",
         "perl" => "perl",
-        "lua" | "luajit" => "lua",
         "awk" | "gawk" => "awk",
         "tclsh" | "wish" => "tcl",
         _ => "other",
@@ -161,7 +160,6 @@ pub fn other_language(rel: &str) -> Option<&'static str> {
         "m" | "mm" => "objective-c",
         "sh" | "bash" | "zsh" => "shell",
         "pl" | "pm" => "perl",
-        "lua" => "lua",
         "hs" => "haskell",
         "ex" | "exs" => "elixir",
         "erl" | "hrl" => "erlang",
