@@ -686,3 +686,52 @@ fn lua_calls_resolve_through_self_require_and_the_new_constructor_convention() {
         broken: &["function ok"],
     });
 }
+
+/// Bash has no types, receivers or qualified names: its cases are functions called as commands
+/// (in a command substitution, a pipeline, a condition), a script without extension read by its
+/// shebang, and a function two scripts define.
+#[test]
+fn bash_commands_resolve_to_functions_and_a_name_two_scripts_define_is_not_certain() {
+    let (_dir, root) = repository("bash");
+    let mut gm = serve(&root);
+    let r = gm.call_ok("callers", json!({ "symbol": "repo_save" }));
+    assert_eq!(sites(&r), ["bin/deploy:5 checkout exact", "lib/store.sh:9 repo_flush exact"], "{r}");
+    let r = gm.call_ok("callers", json!({ "symbol": "helper" }));
+    assert_eq!(
+        sites(&r),
+        ["bin/deploy:7 checkout exact", "bin/deploy:9 checkout exact"],
+        "in a command substitution and in a pipeline: {r}"
+    );
+    let r = gm.call_ok("callers", json!({ "symbol": "log" }));
+    assert_eq!(
+        sites(&r),
+        ["bin/deploy:14 main ambiguous", "lib/lint.sh:5 <top level> exact", "lib/store.sh:10 repo_flush exact"],
+        "a script's own function is certain, a name two scripts define is not: {r}"
+    );
+    assert_eq!(r["ambiguous"], true, "{r}");
+    let r = gm.call_ok("impact", json!({ "symbol": "helper" }));
+    assert_eq!(
+        edges(&r),
+        [
+            "checkout -> helper bin/deploy:7",
+            "checkout -> helper bin/deploy:9",
+            "main -> checkout bin/deploy:15",
+            "<top level> -> main bin/deploy:18"
+        ],
+        "{r}"
+    );
+    let r = gm.call_ok("symbols", json!({ "file": "lib/store.sh" }));
+    assert_eq!(
+        outline(&r["symbols"]),
+        ["function repo_save", "function repo_flush", "function helper", "function log"],
+        "{r}"
+    );
+    let r = gm.call_ok("symbols", json!({ "file": "bin/deploy" }));
+    assert_eq!(
+        (r["language"].as_str(), outline(&r["symbols"])),
+        (Some("bash"), vec!["function checkout".to_owned(), "function main".to_owned()]),
+        "{r}"
+    );
+    let r = gm.call_ok("symbols", json!({ "file": "lib/broken.sh" }));
+    assert_eq!((outline(&r["symbols"]), &r["partial"]), (vec!["function ok".to_owned()], &json!(true)), "{r}");
+}
