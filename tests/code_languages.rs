@@ -735,3 +735,47 @@ fn bash_commands_resolve_to_functions_and_a_name_two_scripts_define_is_not_certa
     let r = gm.call_ok("symbols", json!({ "file": "lib/broken.sh" }));
     assert_eq!((outline(&r["symbols"]), &r["partial"]), (vec!["function ok".to_owned()], &json!(true)), "{r}");
 }
+
+#[test]
+fn elixir_calls_resolve_through_module_qualifiers_aliases_and_anonymous_functions() {
+    check(Expect {
+        lang: "elixir",
+        method: "Repo.save",
+        method_sites: &[
+            "lib/shop/checkout.ex:8 run exact",
+            "lib/shop/checkout.ex:10 run ambiguous",
+            "lib/shop/store.ex:9 flush exact",
+        ],
+        name: "save",
+        name_sites: &[
+            "lib/shop/checkout.ex:8 run exact",
+            "lib/shop/checkout.ex:9 run exact",
+            "lib/shop/checkout.ex:10 run ambiguous",
+            "lib/shop/store.ex:9 flush exact",
+        ],
+        name_definitions: 2,
+        function: "helper",
+        function_sites: &[
+            "lib/shop/checkout.ex:11 inner exact",
+            "lib/shop/checkout.ex:12 run exact",
+            "lib/shop/store.ex:20 twice exact",
+            "lib/shop/store.ex:20 twice exact",
+        ],
+        impact: &[
+            "inner -> helper lib/shop/checkout.ex:11",
+            "run -> helper lib/shop/checkout.ex:12",
+            "twice -> helper lib/shop/store.ex:20",
+            "twice -> helper lib/shop/store.ex:20",
+            "run -> inner lib/shop/checkout.ex:12",
+            "main -> run lib/shop/checkout.ex:17",
+        ],
+        outline_file: "lib/shop/store.ex",
+        outline: &[
+            "module Shop.Repo [function save, function flush]",
+            "module Shop.Cache [function save]",
+            "module Shop.Util [function helper, function twice]",
+        ],
+        broken_file: "lib/shop/broken.ex",
+        broken: &["module Shop.Broken", "function ok"],
+    });
+}

@@ -218,6 +218,10 @@ fn collect<'t>(compiled: &Compiled, root: Node<'t>, src: &[u8]) -> Raw<'t> {
             raw.binds.push(RawBind { name, ty, field: bind_field.is_some() });
         }
     }
+    // A grammar that parses a definition's head as a call (Elixir's `def run(x)` is a call of
+    // `def` whose argument is a call of `run`) gives the query no way to tell that head from a
+    // call: a name that is a definition's is no call.
+    raw.calls.retain(|c| !def_at.contains_key(&c.name.start_byte()));
     raw
 }
 

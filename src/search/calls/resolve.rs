@@ -385,7 +385,20 @@ impl<'a> Resolver<'a> {
         // A bare call: this file's function, the class's own method, the package's, the one
         // function of that name.
         let free: Vec<At> = all.iter().copied().filter(|at| self.owner(*at).is_empty()).collect();
-        let here: Vec<At> = free.iter().copied().filter(|(fid, _)| *fid == id).collect();
+        let mut here: Vec<At> = free.iter().copied().filter(|(fid, _)| *fid == id).collect();
+        if here.len() > 1 {
+            // Functions of that name in two modules or namespaces of the file (Elixir's
+            // `defmodule`s, C++ namespaces): a bare call reaches its own module's.
+            let own = enclosing_module(f, call.enclosing);
+            let mine: Vec<At> = here
+                .iter()
+                .copied()
+                .filter(|(_, i)| f.def(*i).map(|d| enclosing_module(f, d.parent)) == Some(own))
+                .collect();
+            if !mine.is_empty() {
+                here = mine;
+            }
+        }
         if !here.is_empty() {
             return known(here);
         }
@@ -514,6 +527,17 @@ fn constructors_as_types(r: &Resolver, defs: Vec<At>, name: &str) -> Vec<At> {
 pub fn owner_key(f: &FileFacts, enclosing: u32) -> u32 {
     enclosing_owner(f, enclosing)
         .map_or(u32::MAX, |o| (o.as_ptr() as usize).wrapping_sub(f.strings.as_ptr() as usize) as u32)
+}
+
+/// The innermost module or namespace definition around or at `at`; `NONE` at the top level.
+fn enclosing_module(f: &FileFacts, mut at: u32) -> u32 {
+    while let Some(d) = f.def(at) {
+        if d.kind == DefKind::Module {
+            return at;
+        }
+        at = d.parent;
+    }
+    NONE
 }
 
 fn enclosing_owner(f: &FileFacts, mut at: u32) -> Option<&str> {

@@ -103,7 +103,9 @@ macro_rules! languages {
     };
 }
 
-languages!(javascript, typescript, python, rust, go, java, c, cpp, csharp, ruby, php, kotlin, swift, scala, lua, bash);
+languages!(
+    javascript, typescript, python, rust, go, java, c, cpp, csharp, ruby, php, kotlin, swift, scala, lua, bash, elixir
+);
 
 /// The language of a file from its extension.
 pub fn by_extension(rel: &str) -> Option<&'static Lang> {
@@ -161,7 +163,6 @@ pub fn other_language(rel: &str) -> Option<&'static str> {
         "zsh" => "shell",
         "pl" | "pm" => "perl",
         "hs" => "haskell",
-        "ex" | "exs" => "elixir",
         "erl" | "hrl" => "erlang",
         "dart" => "dart",
         "r" | "R" => "r",
