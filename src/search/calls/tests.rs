@@ -406,7 +406,7 @@ fn with_git_s_index_unchanged_a_restart_checks_the_saved_files_and_a_new_tracked
 
 #[test]
 fn kotlin_imports_bind_their_last_name_or_alias_to_the_package_before_it() {
-    let f = facts("a.kt", "import shop.store.Cache\nimport shop.store.helper as assist\n");
+    let f = facts("a.kt", "import shop.store.Cache\nimport shop.store.helper as assist\nimport shop.util.*\n");
     let imports: Vec<(&str, &str, &str)> =
         f.imports.iter().map(|i| (f.str(i.local), f.str(i.name), f.str(i.module))).collect();
     assert_eq!(imports, [("Cache", "Cache", "shop.store"), ("assist", "helper", "shop.store")]);
@@ -430,4 +430,11 @@ fn scala_imports_bind_selectors_and_renames_to_the_path_before_them() {
         imports,
         [("Repo", "Repo", "shop.store"), ("Cache", "Cache", "shop.store"), ("U", "Util", "shop.store")]
     );
+}
+
+#[test]
+fn a_kotlin_property_types_this_dot_property_in_the_class_s_methods() {
+    let f = facts("a.kt", "class Shop {\n    private val repo: Repo = Repo()\n    private val cache = Cache()\n    fun run() { this.repo.save(1); cache.save(2) }\n}\n");
+    let calls: Vec<(&str, &str)> = f.calls.iter().map(|c| (f.str(c.callee), f.str(c.recv_type))).collect();
+    assert_eq!(calls, [("Repo", ""), ("Cache", ""), ("save", "Repo"), ("save", "Cache")]);
 }

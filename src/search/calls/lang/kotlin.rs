@@ -21,6 +21,7 @@ pub static KOTLIN: Lang = Lang {
     package_is_directory: false,
 };
 
+// `import a.b.*` binds no name: the grammar parses it as `a.b` and a star, so it is left out.
 // A companion object is no definition of its own, so that its functions nest in the class and
 // `Repo.open()` reaches them. Kotlin has no `new`: a call of a capitalized name is taken as a
 // constructor when typing a variable (classes are named in PascalCase); a lowercase one types
@@ -38,10 +39,12 @@ const QUERY: &str = r#"
 (call_expression . (identifier) @name) @reference.call
 (call_expression . (navigation_expression (_) @receiver . (identifier) @name .)) @reference.call
 
-(import (qualified_identifier (identifier) @import.name .) @import.module . (identifier)? @import.alias) @import
+((import (qualified_identifier (identifier) @import.name .) @import.module . (identifier)? @import.alias) @import (#not-match? @import "[*]"))
 
 (parameter (identifier) @bind.name [(user_type) (nullable_type)] @bind.type)
 (class_parameter ["val" "var"] (identifier) @bind.field [(user_type) (nullable_type)] @bind.type)
 (property_declaration (variable_declaration (identifier) @bind.name [(user_type) (nullable_type)] @bind.type))
 (property_declaration (variable_declaration (identifier) @bind.name .) (call_expression . (identifier) @bind.type) (#match? @bind.type "^[A-Z]"))
+(class_body (property_declaration (variable_declaration (identifier) @bind.field [(user_type) (nullable_type)] @bind.type)))
+(class_body (property_declaration (variable_declaration (identifier) @bind.field .) (call_expression . (identifier) @bind.type) (#match? @bind.type "^[A-Z]")))
 "#;
