@@ -779,3 +779,54 @@ fn elixir_calls_resolve_through_module_qualifiers_aliases_and_anonymous_function
         broken: &["module Shop.Broken", "function ok"],
     });
 }
+
+/// Haskell dispatches a class method on its arguments' types, which gm does not infer: the
+/// cases are qualified and listed imports, `where` functions, a function of several equations,
+/// and a class method two instances define.
+#[test]
+fn haskell_calls_resolve_through_qualified_imports_and_a_class_method_stays_ambiguous() {
+    let (_dir, root) = repository("haskell");
+    let mut gm = serve(&root);
+    let r = gm.call_ok("callers", json!({ "symbol": "helper" }));
+    assert_eq!(
+        sites(&r),
+        ["src/Shop/App.hs:7 run exact", "src/Shop/App.hs:7 run exact", "src/Shop/App.hs:9 inner exact"],
+        "S.helper through the qualified import, helper through the listed one: {r}"
+    );
+    let r = gm.call_ok("callers", json!({ "symbol": "save" }));
+    assert_eq!(sites(&r), ["src/Shop/Store.hs:23 flush ambiguous"], "two instances define save: {r}");
+    assert_eq!(r["definitions"].as_array().map(Vec::len), Some(3), "the class's and two instances': {r}");
+    let r = gm.call_ok("callers", json!({ "symbol": "count" }));
+    assert_eq!(sites(&r), ["src/Shop/Store.hs:30 count exact"], "two equations are one function: {r}");
+    assert_eq!(r["definitions"].as_array().map(Vec::len), Some(1), "{r}");
+    let r = gm.call_ok("impact", json!({ "symbol": "helper" }));
+    assert_eq!(
+        edges(&r),
+        [
+            "run -> helper src/Shop/App.hs:7",
+            "run -> helper src/Shop/App.hs:7",
+            "inner -> helper src/Shop/App.hs:9",
+            "main -> run src/Shop/App.hs:12",
+            "run -> inner src/Shop/App.hs:7"
+        ],
+        "{r}"
+    );
+    let r = gm.call_ok("symbols", json!({ "file": "src/Shop/Store.hs" }));
+    assert_eq!(
+        outline(&r["symbols"]),
+        [
+            "interface Saver [method save]",
+            "type Repo",
+            "type Cache",
+            "module Repo [function save]",
+            "module Cache [function save]",
+            "function flush",
+            "function helper",
+            "function count"
+        ],
+        "{r}"
+    );
+    // The grammar's error recovery keeps nothing of this file: it is only said to be partial.
+    let r = gm.call_ok("symbols", json!({ "file": "src/Shop/Broken.hs" }));
+    assert_eq!(r["partial"], true, "{r}");
+}

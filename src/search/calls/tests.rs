@@ -438,3 +438,12 @@ fn a_kotlin_property_types_this_dot_property_in_the_class_s_methods() {
     let calls: Vec<(&str, &str)> = f.calls.iter().map(|c| (f.str(c.callee), f.str(c.recv_type))).collect();
     assert_eq!(calls, [("Repo", ""), ("Cache", ""), ("save", "Repo"), ("save", "Cache")]);
 }
+
+#[test]
+fn a_haskell_function_of_several_equations_is_one_definition() {
+    let f = facts("a.hs", "count :: Int -> Int\ncount 0 = 0\ncount n = 1 + count (n - 1)\n");
+    let defs: Vec<(&str, u32, u32)> = f.definitions.iter().map(|d| (f.str(d.name), d.line, d.end_line)).collect();
+    assert_eq!(defs, [("count", 2, 3)], "one definition, from its first equation to its last");
+    let calls: Vec<(&str, String)> = f.calls.iter().map(|c| (f.str(c.callee), enclosing(&f, c))).collect();
+    assert_eq!(calls, [("count", "count".to_owned())]);
+}

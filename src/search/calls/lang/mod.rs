@@ -104,7 +104,8 @@ macro_rules! languages {
 }
 
 languages!(
-    javascript, typescript, python, rust, go, java, c, cpp, csharp, ruby, php, kotlin, swift, scala, lua, bash, elixir
+    javascript, typescript, python, rust, go, java, c, cpp, csharp, ruby, php, kotlin, swift, scala, lua, bash, elixir,
+    haskell
 );
 
 /// The language of a file from its extension.
@@ -162,7 +163,6 @@ pub fn other_language(rel: &str) -> Option<&'static str> {
         "m" | "mm" => "objective-c",
         "zsh" => "shell",
         "pl" | "pm" => "perl",
-        "hs" => "haskell",
         "erl" | "hrl" => "erlang",
         "dart" => "dart",
         "r" | "R" => "r",
@@ -214,7 +214,7 @@ mod tests {
         assert_eq!(by_interpreter("bash").map(|l| l.name), Ok("bash"));
         assert_eq!(by_interpreter("fish").map(|l| l.name), Err("shell"));
         assert_eq!(by_extension("app/Main.kt").map(|l| l.name), Some("kotlin"));
-        assert_eq!(other_language("app/Main.hs"), Some("haskell"));
+        assert_eq!(other_language("app/Main.dart"), Some("dart"));
         assert_eq!(other_language("README.md"), None);
         assert!(extensionless("bin/tool") && !extensionless("bin/tool.py"));
     }
