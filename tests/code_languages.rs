@@ -830,3 +830,43 @@ fn haskell_calls_resolve_through_qualified_imports_and_a_class_method_stays_ambi
     let r = gm.call_ok("symbols", json!({ "file": "src/Shop/Broken.hs" }));
     assert_eq!(r["partial"], true, "{r}");
 }
+
+/// Zig has no closures: the nested function is a local struct's, `Local.inner()`; a file is
+/// imported by its path, `@import("store.zig")`, and `const help = store.helper;` aliases a
+/// member of it.
+#[test]
+fn zig_calls_resolve_through_typed_parameters_init_and_file_imports() {
+    check(Expect {
+        lang: "zig",
+        method: "Repo.save",
+        method_sites: &[
+            "src/app.zig:8 checkout exact",
+            "src/app.zig:11 checkout ambiguous",
+            "src/store.zig:16 flush exact",
+        ],
+        name: "save",
+        name_sites: &[
+            "src/app.zig:8 checkout exact",
+            "src/app.zig:10 checkout exact",
+            "src/app.zig:11 checkout ambiguous",
+            "src/store.zig:16 flush exact",
+        ],
+        name_definitions: 2,
+        function: "helper",
+        function_sites: &["src/app.zig:14 inner exact", "src/app.zig:18 checkout exact"],
+        impact: &[
+            "Local.inner -> helper src/app.zig:14",
+            "checkout -> helper src/app.zig:18",
+            "checkout -> Local.inner src/app.zig:18",
+            "main -> checkout src/app.zig:22",
+        ],
+        outline_file: "src/store.zig",
+        outline: &[
+            "struct Repo [method init, method save, method flush]",
+            "struct Cache [method save]",
+            "function helper",
+        ],
+        broken_file: "src/broken.zig",
+        broken: &["function ok"],
+    });
+}

@@ -259,6 +259,13 @@ impl<'a> Resolver<'a> {
         if let Some(base) = relative {
             return self.store.summaries().filter(|(_, p, _)| is_module_file(p, &base)).map(|(id, _, _)| id).collect();
         }
+        // A file named by its path from the importing file's directory, extension and all
+        // (Zig's `@import("store.zig")`), before the dotted reading would take `zig` for a name.
+        let beside = normalize(&format!("{dir}/{module}"));
+        let found: Vec<FileId> = self.store.summaries().filter(|(_, p, _)| *p == beside).map(|(id, _, _)| id).collect();
+        if !found.is_empty() {
+            return found;
+        }
         let segments: Vec<&str> = module
             .split(['.', '/', '\\', ':'])
             .filter(|s| !s.is_empty() && !matches!(*s, "crate" | "self" | "super"))

@@ -105,7 +105,7 @@ macro_rules! languages {
 
 languages!(
     javascript, typescript, python, rust, go, java, c, cpp, csharp, ruby, php, kotlin, swift, scala, lua, bash, elixir,
-    haskell
+    haskell, zig
 );
 
 /// The language of a file from its extension.
@@ -167,7 +167,6 @@ pub fn other_language(rel: &str) -> Option<&'static str> {
         "dart" => "dart",
         "r" | "R" => "r",
         "jl" => "julia",
-        "zig" => "zig",
         "ml" | "mli" => "ocaml",
         "fs" | "fsx" => "f#",
         "clj" | "cljs" => "clojure",
