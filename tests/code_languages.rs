@@ -475,7 +475,7 @@ fn c_calls_resolve_to_the_file_s_own_static_function_and_macros_are_counted_unre
 }
 
 /// JavaScript, with a shebang script without extension (read as JavaScript), a shell script
-/// and a Kotlin file (languages gm does not parse: skipped and counted).
+/// and a Perl file (languages gm does not parse: skipped and counted).
 #[test]
 fn javascript_calls_resolve_and_a_script_is_read_by_its_shebang_while_other_languages_are_counted() {
     check(Expect {
@@ -516,11 +516,357 @@ fn javascript_calls_resolve_and_a_script_is_read_by_its_shebang_while_other_lang
     let mut gm = serve(&root);
     let r = gm.call_ok("callers", json!({ "symbol": "checkout" }));
     assert_eq!(sites(&r), ["bin/tool:5 main exact"], "{r}");
-    assert_eq!(r["skipped"], json!({ "kotlin": 1, "shell": 1 }), "{r}");
+    assert_eq!(r["skipped"], json!({ "perl": 1, "shell": 1 }), "{r}");
     assert_eq!(r["filesScanned"], 4, "lib/*.js and bin/tool: {r}");
     let r = gm.call_ok("symbols", json!({ "file": "bin/tool" }));
     assert_eq!(
         (r["language"].as_str(), outline(&r["symbols"])),
         (Some("javascript"), vec!["function main [method save]".to_owned()])
     );
+}
+
+#[test]
+fn kotlin_calls_resolve_through_declared_types_companion_objects_and_import_aliases() {
+    check(Expect {
+        lang: "kotlin",
+        method: "Repo.save",
+        method_sites: &[
+            "src/main/kotlin/shop/app/App.kt:10 run exact",
+            "src/main/kotlin/shop/app/App.kt:13 run ambiguous",
+            "src/main/kotlin/shop/store/Store.kt:15 flush exact",
+        ],
+        name: "save",
+        name_sites: &[
+            "src/main/kotlin/shop/app/App.kt:10 run exact",
+            "src/main/kotlin/shop/app/App.kt:12 run exact",
+            "src/main/kotlin/shop/app/App.kt:13 run ambiguous",
+            "src/main/kotlin/shop/store/Store.kt:15 flush exact",
+        ],
+        name_definitions: 3,
+        function: "helper",
+        function_sites: &[
+            "src/main/kotlin/shop/app/App.kt:14 inner exact",
+            "src/main/kotlin/shop/app/App.kt:17 run exact",
+        ],
+        impact: &[
+            "inner -> helper src/main/kotlin/shop/app/App.kt:14",
+            "Checkout.run -> helper src/main/kotlin/shop/app/App.kt:17",
+            "Checkout.run -> inner src/main/kotlin/shop/app/App.kt:17",
+            "main -> Checkout.run src/main/kotlin/shop/app/App.kt:23",
+        ],
+        outline_file: "src/main/kotlin/shop/store/Store.kt",
+        outline: &[
+            "interface Saver [method save]",
+            "class Repo [method open, method save, method flush]",
+            "class Cache [method save]",
+            "function helper",
+        ],
+        broken_file: "src/main/kotlin/shop/app/Broken.kt",
+        broken: &["function ok"],
+    });
+}
+
+#[test]
+fn swift_calls_resolve_through_stored_properties_initializers_and_module_qualifiers() {
+    check(Expect {
+        lang: "swift",
+        method: "Repo.save",
+        method_sites: &[
+            "Sources/App/App.swift:11 run exact",
+            "Sources/App/App.swift:14 run ambiguous",
+            "Sources/Store/Store.swift:15 flush exact",
+        ],
+        name: "save",
+        name_sites: &[
+            "Sources/App/App.swift:11 run exact",
+            "Sources/App/App.swift:13 run exact",
+            "Sources/App/App.swift:14 run ambiguous",
+            "Sources/Store/Store.swift:15 flush exact",
+        ],
+        name_definitions: 3,
+        function: "helper",
+        function_sites: &["Sources/App/App.swift:15 inner exact", "Sources/App/App.swift:18 run exact"],
+        impact: &[
+            "inner -> helper Sources/App/App.swift:15",
+            "Checkout.run -> helper Sources/App/App.swift:18",
+            "Checkout.run -> inner Sources/App/App.swift:18",
+            "main -> Checkout.run Sources/App/App.swift:24",
+        ],
+        outline_file: "Sources/Store/Store.swift",
+        outline: &[
+            "interface Saver [method save]",
+            "class Repo [method open, method save, method flush]",
+            "struct Cache [method save]",
+            "function helper",
+        ],
+        broken_file: "Sources/App/Broken.swift",
+        broken: &["function ok"],
+    });
+}
+
+#[test]
+fn scala_calls_resolve_through_companion_objects_class_parameters_and_renaming_imports() {
+    check(Expect {
+        lang: "scala",
+        method: "Repo.save",
+        method_sites: &[
+            "src/main/scala/shop/app/App.scala:8 run exact",
+            "src/main/scala/shop/app/App.scala:11 run ambiguous",
+            "src/main/scala/shop/store/Store.scala:11 flush exact",
+        ],
+        name: "save",
+        name_sites: &[
+            "src/main/scala/shop/app/App.scala:8 run exact",
+            "src/main/scala/shop/app/App.scala:10 run exact",
+            "src/main/scala/shop/app/App.scala:11 run ambiguous",
+            "src/main/scala/shop/store/Store.scala:11 flush exact",
+        ],
+        name_definitions: 3,
+        function: "helper",
+        function_sites: &[
+            "src/main/scala/shop/app/App.scala:12 inner exact",
+            "src/main/scala/shop/app/App.scala:15 run exact",
+        ],
+        impact: &[
+            "inner -> Util.helper src/main/scala/shop/app/App.scala:12",
+            "Checkout.run -> Util.helper src/main/scala/shop/app/App.scala:15",
+            "Checkout.run -> inner src/main/scala/shop/app/App.scala:15",
+            "Main.main -> Checkout.run src/main/scala/shop/app/App.scala:22",
+        ],
+        outline_file: "src/main/scala/shop/store/Store.scala",
+        outline: &[
+            "trait Saver [method save]",
+            "class Repo [method save, method flush]",
+            "class Repo [method open]",
+            "class Cache [method save]",
+        ],
+        broken_file: "src/main/scala/shop/app/Broken.scala",
+        broken: &["class Broken", "function ok"],
+    });
+}
+
+#[test]
+fn lua_calls_resolve_through_self_require_and_the_new_constructor_convention() {
+    check(Expect {
+        lang: "lua",
+        method: "Repo.save",
+        method_sites: &[
+            "shop/app.lua:7 checkout exact",
+            "shop/app.lua:10 checkout ambiguous",
+            "shop/store.lua:15 flush exact",
+        ],
+        name: "save",
+        name_sites: &[
+            "shop/app.lua:7 checkout exact",
+            "shop/app.lua:9 checkout exact",
+            "shop/app.lua:10 checkout ambiguous",
+            "shop/store.lua:15 flush exact",
+        ],
+        name_definitions: 2,
+        function: "helper",
+        function_sites: &["shop/app.lua:11 inner exact"],
+        impact: &[
+            "inner -> M.helper shop/app.lua:11",
+            "checkout -> inner shop/app.lua:13",
+            "main -> checkout shop/app.lua:17",
+        ],
+        outline_file: "shop/store.lua",
+        outline: &[
+            "class M",
+            "class Repo",
+            "method new",
+            "method save",
+            "method flush",
+            "class Cache",
+            "method new",
+            "method save",
+            "method helper",
+        ],
+        broken_file: "shop/broken.lua",
+        broken: &["function ok"],
+    });
+}
+
+/// Bash has no types, receivers or qualified names: its cases are functions called as commands
+/// (in a command substitution, a pipeline, a condition), a script without extension read by its
+/// shebang, and a function two scripts define.
+#[test]
+fn bash_commands_resolve_to_functions_and_a_name_two_scripts_define_is_not_certain() {
+    let (_dir, root) = repository("bash");
+    let mut gm = serve(&root);
+    let r = gm.call_ok("callers", json!({ "symbol": "repo_save" }));
+    assert_eq!(sites(&r), ["bin/deploy:5 checkout exact", "lib/store.sh:9 repo_flush exact"], "{r}");
+    let r = gm.call_ok("callers", json!({ "symbol": "helper" }));
+    assert_eq!(
+        sites(&r),
+        ["bin/deploy:7 checkout exact", "bin/deploy:9 checkout exact"],
+        "in a command substitution and in a pipeline: {r}"
+    );
+    let r = gm.call_ok("callers", json!({ "symbol": "log" }));
+    assert_eq!(
+        sites(&r),
+        ["bin/deploy:14 main ambiguous", "lib/lint.sh:5 <top level> exact", "lib/store.sh:10 repo_flush exact"],
+        "a script's own function is certain, a name two scripts define is not: {r}"
+    );
+    assert_eq!(r["ambiguous"], true, "{r}");
+    let r = gm.call_ok("impact", json!({ "symbol": "helper" }));
+    assert_eq!(
+        edges(&r),
+        [
+            "checkout -> helper bin/deploy:7",
+            "checkout -> helper bin/deploy:9",
+            "main -> checkout bin/deploy:15",
+            "<top level> -> main bin/deploy:18"
+        ],
+        "{r}"
+    );
+    let r = gm.call_ok("symbols", json!({ "file": "lib/store.sh" }));
+    assert_eq!(
+        outline(&r["symbols"]),
+        ["function repo_save", "function repo_flush", "function helper", "function log"],
+        "{r}"
+    );
+    let r = gm.call_ok("symbols", json!({ "file": "bin/deploy" }));
+    assert_eq!(
+        (r["language"].as_str(), outline(&r["symbols"])),
+        (Some("bash"), vec!["function checkout".to_owned(), "function main".to_owned()]),
+        "{r}"
+    );
+    let r = gm.call_ok("symbols", json!({ "file": "lib/broken.sh" }));
+    assert_eq!((outline(&r["symbols"]), &r["partial"]), (vec!["function ok".to_owned()], &json!(true)), "{r}");
+}
+
+#[test]
+fn elixir_calls_resolve_through_module_qualifiers_aliases_and_anonymous_functions() {
+    check(Expect {
+        lang: "elixir",
+        method: "Repo.save",
+        method_sites: &[
+            "lib/shop/checkout.ex:8 run exact",
+            "lib/shop/checkout.ex:10 run ambiguous",
+            "lib/shop/store.ex:9 flush exact",
+        ],
+        name: "save",
+        name_sites: &[
+            "lib/shop/checkout.ex:8 run exact",
+            "lib/shop/checkout.ex:9 run exact",
+            "lib/shop/checkout.ex:10 run ambiguous",
+            "lib/shop/store.ex:9 flush exact",
+        ],
+        name_definitions: 2,
+        function: "helper",
+        function_sites: &[
+            "lib/shop/checkout.ex:11 inner exact",
+            "lib/shop/checkout.ex:12 run exact",
+            "lib/shop/store.ex:20 twice exact",
+            "lib/shop/store.ex:20 twice exact",
+        ],
+        impact: &[
+            "inner -> helper lib/shop/checkout.ex:11",
+            "run -> helper lib/shop/checkout.ex:12",
+            "twice -> helper lib/shop/store.ex:20",
+            "twice -> helper lib/shop/store.ex:20",
+            "run -> inner lib/shop/checkout.ex:12",
+            "main -> run lib/shop/checkout.ex:17",
+        ],
+        outline_file: "lib/shop/store.ex",
+        outline: &[
+            "module Shop.Repo [function save, function flush]",
+            "module Shop.Cache [function save]",
+            "module Shop.Util [function helper, function twice]",
+        ],
+        broken_file: "lib/shop/broken.ex",
+        broken: &["module Shop.Broken", "function ok"],
+    });
+}
+
+/// Haskell dispatches a class method on its arguments' types, which gm does not infer: the
+/// cases are qualified and listed imports, `where` functions, a function of several equations,
+/// and a class method two instances define.
+#[test]
+fn haskell_calls_resolve_through_qualified_imports_and_a_class_method_stays_ambiguous() {
+    let (_dir, root) = repository("haskell");
+    let mut gm = serve(&root);
+    let r = gm.call_ok("callers", json!({ "symbol": "helper" }));
+    assert_eq!(
+        sites(&r),
+        ["src/Shop/App.hs:7 run exact", "src/Shop/App.hs:7 run exact", "src/Shop/App.hs:9 inner exact"],
+        "S.helper through the qualified import, helper through the listed one: {r}"
+    );
+    let r = gm.call_ok("callers", json!({ "symbol": "save" }));
+    assert_eq!(sites(&r), ["src/Shop/Store.hs:23 flush ambiguous"], "two instances define save: {r}");
+    assert_eq!(r["definitions"].as_array().map(Vec::len), Some(3), "the class's and two instances': {r}");
+    let r = gm.call_ok("callers", json!({ "symbol": "count" }));
+    assert_eq!(sites(&r), ["src/Shop/Store.hs:30 count exact"], "two equations are one function: {r}");
+    assert_eq!(r["definitions"].as_array().map(Vec::len), Some(1), "{r}");
+    let r = gm.call_ok("impact", json!({ "symbol": "helper" }));
+    assert_eq!(
+        edges(&r),
+        [
+            "run -> helper src/Shop/App.hs:7",
+            "run -> helper src/Shop/App.hs:7",
+            "inner -> helper src/Shop/App.hs:9",
+            "main -> run src/Shop/App.hs:12",
+            "run -> inner src/Shop/App.hs:7"
+        ],
+        "{r}"
+    );
+    let r = gm.call_ok("symbols", json!({ "file": "src/Shop/Store.hs" }));
+    assert_eq!(
+        outline(&r["symbols"]),
+        [
+            "interface Saver [method save]",
+            "type Repo",
+            "type Cache",
+            "module Repo [function save]",
+            "module Cache [function save]",
+            "function flush",
+            "function helper",
+            "function count"
+        ],
+        "{r}"
+    );
+    // The grammar's error recovery keeps nothing of this file: it is only said to be partial.
+    let r = gm.call_ok("symbols", json!({ "file": "src/Shop/Broken.hs" }));
+    assert_eq!(r["partial"], true, "{r}");
+}
+
+/// Zig has no closures: the nested function is a local struct's, `Local.inner()`; a file is
+/// imported by its path, `@import("store.zig")`, and `const help = store.helper;` aliases a
+/// member of it.
+#[test]
+fn zig_calls_resolve_through_typed_parameters_init_and_file_imports() {
+    check(Expect {
+        lang: "zig",
+        method: "Repo.save",
+        method_sites: &[
+            "src/app.zig:8 checkout exact",
+            "src/app.zig:11 checkout ambiguous",
+            "src/store.zig:16 flush exact",
+        ],
+        name: "save",
+        name_sites: &[
+            "src/app.zig:8 checkout exact",
+            "src/app.zig:10 checkout exact",
+            "src/app.zig:11 checkout ambiguous",
+            "src/store.zig:16 flush exact",
+        ],
+        name_definitions: 2,
+        function: "helper",
+        function_sites: &["src/app.zig:14 inner exact", "src/app.zig:18 checkout exact"],
+        impact: &[
+            "Local.inner -> helper src/app.zig:14",
+            "checkout -> helper src/app.zig:18",
+            "checkout -> Local.inner src/app.zig:18",
+            "main -> checkout src/app.zig:22",
+        ],
+        outline_file: "src/store.zig",
+        outline: &[
+            "struct Repo [method init, method save, method flush]",
+            "struct Cache [method save]",
+            "function helper",
+        ],
+        broken_file: "src/broken.zig",
+        broken: &["function ok"],
+    });
 }

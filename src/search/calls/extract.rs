@@ -11,10 +11,11 @@
 //! | `@owner` | in a definition's match | the type a method belongs to when it is not nested in it (Go receivers, `void T::f()`) |
 //! | `@base` | in a type's match | a superclass, interface or implemented trait |
 //! | `@declaration` | in a definition's match | a declaration without a body (a prototype) |
+//! | `@clause` | in a definition's match | one clause of a function written as several, one after another (Haskell's `f 0 = ..` then `f n = ..`): the clauses that follow the first widen it |
 //! | `@reference.call` / `.new` / `.macro` / `.in_macro` + `@name` | the call, the called name | a call, a constructor call, a macro call, a call-like token run in a macro's arguments |
 //! | `@receiver` | in a call's match | the object of `obj.f()` |
 //! | `@qualifier` | in a call's match | the path of `Type::f()`, `ns::f()` (several are joined) |
-//! | `@import` + `@import.module`, `@import.name`, `@import.alias` | an import | what it binds (several modules are joined) |
+//! | `@import` + `@import.module`, `@import.name`, `@import.alias` | an import | what it binds (several modules are joined; a module that holds the name is its parts before it) |
 //! | `@bind.name` / `@bind.field` + `@bind.type` | anywhere | a variable, or a field of the current type, has that type |
 //! | `@module` | anywhere | the package or namespace the file declares |
 
@@ -36,6 +37,7 @@ pub enum Role {
     Owner,
     Base,
     Declaration,
+    Clause,
     Import,
     ImportModule,
     ImportName,
@@ -63,6 +65,7 @@ pub fn role(capture: &str) -> Role {
         "owner" => Role::Owner,
         "base" => Role::Base,
         "declaration" => Role::Declaration,
+        "clause" => Role::Clause,
         "import" => Role::Import,
         "import.module" => Role::ImportModule,
         "import.name" => Role::ImportName,
@@ -105,6 +108,9 @@ struct RawDef<'t> {
     owner: Option<Node<'t>>,
     bases: Vec<Node<'t>>,
     decl: bool,
+    clause: bool,
+    /// The last clause of a definition written as several; the definition itself otherwise.
+    last: Node<'t>,
 }
 
 struct RawCall<'t> {
@@ -151,6 +157,7 @@ fn collect<'t>(compiled: &Compiled, root: Node<'t>, src: &[u8]) -> Raw<'t> {
         let mut def = None;
         let mut call = None;
         let (mut name, mut receiver, mut owner, mut decl, mut import) = (None, None, None, false, false);
+        let mut clause = false;
         let (mut qualifier, mut bases, mut modules) = (Vec::new(), Vec::new(), Vec::new());
         let (mut import_name, mut alias, mut bind_name, mut bind_field, mut bind_type) = (None, None, None, None, None);
         for c in m.captures {
@@ -164,6 +171,7 @@ fn collect<'t>(compiled: &Compiled, root: Node<'t>, src: &[u8]) -> Raw<'t> {
                 Role::Owner => owner = Some(n),
                 Role::Base => bases.push(n),
                 Role::Declaration => decl = true,
+                Role::Clause => clause = true,
                 Role::Import => import = true,
                 Role::ImportModule => modules.push(n),
                 Role::ImportName => import_name = Some(n),
@@ -182,14 +190,16 @@ fn collect<'t>(compiled: &Compiled, root: Node<'t>, src: &[u8]) -> Raw<'t> {
                 Some(d) => {
                     if m.pattern_index < d.pattern {
                         (d.node, d.kind, d.pattern, d.decl) = (node, kind, m.pattern_index, decl);
+                        d.last = node;
                     }
                     d.owner = d.owner.or(owner);
                     d.bases.extend(bases);
+                    d.clause |= clause;
                 }
                 None => {
                     def_at.insert(name.start_byte(), raw.defs.len());
                     let pattern = m.pattern_index;
-                    raw.defs.push(RawDef { node, name, kind, pattern, owner, bases, decl });
+                    raw.defs.push(RawDef { node, name, kind, pattern, owner, bases, decl, clause, last: node });
                 }
             }
         } else if let (Some((node, kind)), Some(name)) = (call, name) {
@@ -218,7 +228,36 @@ fn collect<'t>(compiled: &Compiled, root: Node<'t>, src: &[u8]) -> Raw<'t> {
             raw.binds.push(RawBind { name, ty, field: bind_field.is_some() });
         }
     }
+    // A grammar that parses a definition's head as a call (Elixir's `def run(x)` is a call of
+    // `def` whose argument is a call of `run`) gives the query no way to tell that head from a
+    // call: a name that is a definition's is no call.
+    raw.calls.retain(|c| !def_at.contains_key(&c.name.start_byte()));
     raw
+}
+
+/// An import's module as written. A grammar that parses `import a.b.C` or `import a.b.{C, D}`
+/// as one node gives the query no node for `a.b` alone: the query captures the whole node as
+/// the module and the imported name inside it, and the module is the node's parts before the
+/// one that holds the name (a leading `import` keyword is no named part).
+fn module_text<'a>(module: Node, name: Option<Node>, src: &'a [u8]) -> &'a str {
+    let inside = name.filter(|n| {
+        n.id() != module.id() && module.start_byte() <= n.start_byte() && n.end_byte() <= module.end_byte()
+    });
+    let path = match inside {
+        Some(name) => {
+            let mut cursor = module.walk();
+            let before: Vec<Node> =
+                module.named_children(&mut cursor).take_while(|c| c.end_byte() <= name.start_byte()).collect();
+            match (before.first(), before.last()) {
+                (Some(first), Some(last)) => {
+                    std::str::from_utf8(&src[first.start_byte()..last.end_byte()]).unwrap_or("")
+                }
+                _ => "",
+            }
+        }
+        None => text(module, src),
+    };
+    path.trim_matches(|c| c == '"' || c == '\'')
 }
 
 fn text<'a>(node: Node, src: &'a [u8]) -> &'a str {
@@ -263,10 +302,11 @@ impl Scopes {
 fn build(lang: &Lang, mut raw: Raw, src: &[u8], b: &mut Builder) -> Option<()> {
     // Definitions in source order, outer before inner, with their parents.
     raw.defs.sort_by_key(|d| (d.node.start_byte(), std::cmp::Reverse(d.node.end_byte())));
+    merge_clauses(&mut raw.defs, src);
     let mut scopes = Scopes { ranges: Vec::with_capacity(raw.defs.len()), parents: Vec::with_capacity(raw.defs.len()) };
     let mut stack: Vec<u32> = Vec::new();
     for (i, d) in raw.defs.iter().enumerate() {
-        let (start, end) = (d.node.start_byte(), d.node.end_byte());
+        let (start, end) = (d.node.start_byte(), d.last.end_byte());
         while let Some(&top) = stack.last() {
             if scopes.ranges[top as usize].1 >= end && scopes.ranges[top as usize].0 <= start {
                 break;
@@ -292,7 +332,7 @@ fn build(lang: &Lang, mut raw: Raw, src: &[u8], b: &mut Builder) -> Option<()> {
             name: b.intern(name)?,
             kind,
             line: number(d.node.start_position().row),
-            end_line: end_line(d.node),
+            end_line: end_line(d.last),
             sig_start: offset(line_start(src, d.name.start_byte())),
             parent,
             owner: b.intern(owner)?,
@@ -347,8 +387,7 @@ fn build(lang: &Lang, mut raw: Raw, src: &[u8], b: &mut Builder) -> Option<()> {
         b.facts.calls.push(call);
     }
     for i in &raw.imports {
-        let modules: Vec<&str> =
-            i.modules.iter().map(|n| text(*n, src).trim_matches(|c| c == '"' || c == '\'')).collect();
+        let modules: Vec<&str> = i.modules.iter().map(|n| module_text(*n, i.name, src)).collect();
         let module = modules.join(".");
         let name = i.name.map(|n| text(n, src)).unwrap_or("");
         let local = match (i.alias, name) {
@@ -365,6 +404,32 @@ fn build(lang: &Lang, mut raw: Raw, src: &[u8], b: &mut Builder) -> Option<()> {
         b.facts.module = b.intern(text(m, src))?;
     }
     Some(())
+}
+
+/// Folds the clauses of a function written as several into its first: a clause marked
+/// `@clause` that directly follows one of the same name (its next sibling) continues it. Defs
+/// nested in a clause (a `where` block's) come between them in source order, so the clause
+/// is looked for among the last few kept.
+fn merge_clauses<'t>(defs: &mut Vec<RawDef<'t>>, src: &[u8]) {
+    if !defs.iter().any(|d| d.clause) {
+        return;
+    }
+    let mut kept: Vec<RawDef<'t>> = Vec::with_capacity(defs.len());
+    for d in defs.drain(..) {
+        let continued = d.clause.then(|| {
+            kept.iter_mut().rev().take(64).find(|p| {
+                p.clause
+                    && p.kind == d.kind
+                    && p.last.next_named_sibling() == Some(d.node)
+                    && text(p.name, src) == text(d.name, src)
+            })
+        });
+        match continued.flatten() {
+            Some(first) => first.last = d.node,
+            None => kept.push(d),
+        }
+    }
+    *defs = kept;
 }
 
 /// What the file says about its variables' and fields' types.

@@ -333,6 +333,13 @@ impl<'a> Resolver<'a> {
         if let Some(base) = relative {
             return self.store.summaries().filter(|(_, p, _)| is_module_file(p, &base)).map(|(id, _, _)| id).collect();
         }
+        // A file named by its path from the importing file's directory, extension and all
+        // (Zig's `@import("store.zig")`), before the dotted reading would take `zig` for a name.
+        let beside = normalize(&format!("{dir}/{module}"));
+        let found: Vec<FileId> = self.store.summaries().filter(|(_, p, _)| *p == beside).map(|(id, _, _)| id).collect();
+        if !found.is_empty() {
+            return found;
+        }
         let segments: Vec<&str> = module
             .split(['.', '/', '\\', ':'])
             .filter(|s| !s.is_empty() && !matches!(*s, "crate" | "self" | "super"))
@@ -459,7 +466,20 @@ impl<'a> Resolver<'a> {
         // A bare call: this file's function, the class's own method, the package's, the one
         // function of that name.
         let free: Vec<At> = all.iter().copied().filter(|at| self.owner(*at).is_empty()).collect();
-        let here: Vec<At> = free.iter().copied().filter(|(fid, _)| *fid == id).collect();
+        let mut here: Vec<At> = free.iter().copied().filter(|(fid, _)| *fid == id).collect();
+        if here.len() > 1 {
+            // Functions of that name in two modules or namespaces of the file (Elixir's
+            // `defmodule`s, C++ namespaces): a bare call reaches its own module's.
+            let own = enclosing_module(f, call.enclosing);
+            let mine: Vec<At> = here
+                .iter()
+                .copied()
+                .filter(|(_, i)| f.def(*i).map(|d| enclosing_module(f, d.parent)) == Some(own))
+                .collect();
+            if !mine.is_empty() {
+                here = mine;
+            }
+        }
         if !here.is_empty() {
             return known(here);
         }
@@ -588,6 +608,17 @@ fn constructors_as_types(r: &Resolver, defs: Vec<At>, name: &str) -> Vec<At> {
 pub fn owner_key(f: &FileFacts, enclosing: u32) -> u32 {
     enclosing_owner(f, enclosing)
         .map_or(u32::MAX, |o| (o.as_ptr() as usize).wrapping_sub(f.strings.as_ptr() as usize) as u32)
+}
+
+/// The innermost module or namespace definition around or at `at`; `NONE` at the top level.
+fn enclosing_module(f: &FileFacts, mut at: u32) -> u32 {
+    while let Some(d) = f.def(at) {
+        if d.kind == DefKind::Module {
+            return at;
+        }
+        at = d.parent;
+    }
+    NONE
 }
 
 fn enclosing_owner(f: &FileFacts, mut at: u32) -> Option<&str> {

@@ -403,3 +403,47 @@ fn with_git_s_index_unchanged_a_restart_checks_the_saved_files_and_a_new_tracked
     let r = callers(&mut index(dir.path()), "helper");
     assert_eq!((r.files_scanned, r.total), (2, 2), "a tracked file gone from the disk is gone");
 }
+
+#[test]
+fn kotlin_imports_bind_their_last_name_or_alias_to_the_package_before_it() {
+    let f = facts("a.kt", "import shop.store.Cache\nimport shop.store.helper as assist\nimport shop.util.*\n");
+    let imports: Vec<(&str, &str, &str)> =
+        f.imports.iter().map(|i| (f.str(i.local), f.str(i.name), f.str(i.module))).collect();
+    assert_eq!(imports, [("Cache", "Cache", "shop.store"), ("assist", "helper", "shop.store")]);
+}
+
+#[test]
+fn a_swift_extension_s_methods_belong_to_the_extended_type() {
+    let f = facts("a.swift", "extension Repo: Codable {\n    func reload() { self.save(0) }\n}\n");
+    let defs: Vec<(&str, &str)> = f.definitions.iter().map(|d| (f.str(d.name), f.str(d.owner))).collect();
+    assert_eq!(defs, [("Repo", ""), ("reload", "Repo")]);
+    let calls: Vec<(&str, &str)> = f.calls.iter().map(|c| (f.str(c.callee), f.str(c.recv_type))).collect();
+    assert_eq!(calls, [("save", "Repo")]);
+}
+
+#[test]
+fn scala_imports_bind_selectors_and_renames_to_the_path_before_them() {
+    let f = facts("a.scala", "import shop.store.Repo\nimport shop.store.{Cache, Util => U}\nimport shop._\n");
+    let imports: Vec<(&str, &str, &str)> =
+        f.imports.iter().map(|i| (f.str(i.local), f.str(i.name), f.str(i.module))).collect();
+    assert_eq!(
+        imports,
+        [("Repo", "Repo", "shop.store"), ("Cache", "Cache", "shop.store"), ("U", "Util", "shop.store")]
+    );
+}
+
+#[test]
+fn a_kotlin_property_types_this_dot_property_in_the_class_s_methods() {
+    let f = facts("a.kt", "class Shop {\n    private val repo: Repo = Repo()\n    private val cache = Cache()\n    fun run() { this.repo.save(1); cache.save(2) }\n}\n");
+    let calls: Vec<(&str, &str)> = f.calls.iter().map(|c| (f.str(c.callee), f.str(c.recv_type))).collect();
+    assert_eq!(calls, [("Repo", ""), ("Cache", ""), ("save", "Repo"), ("save", "Cache")]);
+}
+
+#[test]
+fn a_haskell_function_of_several_equations_is_one_definition() {
+    let f = facts("a.hs", "count :: Int -> Int\ncount 0 = 0\ncount n = 1 + count (n - 1)\n");
+    let defs: Vec<(&str, u32, u32)> = f.definitions.iter().map(|d| (f.str(d.name), d.line, d.end_line)).collect();
+    assert_eq!(defs, [("count", 2, 3)], "one definition, from its first equation to its last");
+    let calls: Vec<(&str, String)> = f.calls.iter().map(|c| (f.str(c.callee), enclosing(&f, c))).collect();
+    assert_eq!(calls, [("count", "count".to_owned())]);
+}

@@ -103,7 +103,10 @@ macro_rules! languages {
     };
 }
 
-languages!(javascript, typescript, python, rust, go, java, c, cpp, csharp, ruby, php);
+languages!(
+    javascript, typescript, python, rust, go, java, c, cpp, csharp, ruby, php, kotlin, swift, scala, lua, bash, elixir,
+    haskell, zig
+);
 
 /// The language of a file from its extension.
 pub fn by_extension(rel: &str) -> Option<&'static Lang> {
@@ -134,7 +137,7 @@ pub fn shebang_interpreter(first_line: &str) -> Option<&str> {
 }
 
 /// The language an interpreter's name belongs to, gm's or another's: `python3.12` is
-/// python's, `bash` is shell's. Other languages' names are for the skipped counts.
+/// python's, `fish` is shell's. Other languages' names are for the skipped counts.
 pub fn by_interpreter(program: &str) -> Result<&'static Lang, &'static str> {
     let base = program.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
     if let Some(l) = all().iter().copied().find(|l| l.interpreters.contains(&base) || l.interpreters.contains(&program))
@@ -142,9 +145,8 @@ pub fn by_interpreter(program: &str) -> Result<&'static Lang, &'static str> {
         return Ok(l);
     }
     Err(match base {
-        "sh" | "bash" | "zsh" | "dash" | "ksh" | "fish" => "shell",
+        "zsh" | "fish" | "csh" | "tcsh" => "shell",
         "perl" => "perl",
-        "lua" | "luajit" => "lua",
         "awk" | "gawk" => "awk",
         "tclsh" | "wish" => "tcl",
         _ => "other",
@@ -158,20 +160,13 @@ pub fn other_language(rel: &str) -> Option<&'static str> {
     let file = rel.rsplit('/').next().unwrap_or(rel);
     let (_, ext) = file.rsplit_once('.')?;
     Some(match ext {
-        "kt" | "kts" => "kotlin",
-        "swift" => "swift",
-        "scala" | "sc" => "scala",
         "m" | "mm" => "objective-c",
-        "sh" | "bash" | "zsh" => "shell",
+        "zsh" => "shell",
         "pl" | "pm" => "perl",
-        "lua" => "lua",
-        "hs" => "haskell",
-        "ex" | "exs" => "elixir",
         "erl" | "hrl" => "erlang",
         "dart" => "dart",
         "r" | "R" => "r",
         "jl" => "julia",
-        "zig" => "zig",
         "ml" | "mli" => "ocaml",
         "fs" | "fsx" => "f#",
         "clj" | "cljs" => "clojure",
@@ -215,8 +210,10 @@ mod tests {
         assert_eq!(by_interpreter("python3.12").map(|l| l.name), Ok("python"));
         assert_eq!(by_interpreter("ruby").map(|l| l.name), Ok("ruby"));
         assert_eq!(by_interpreter("node").map(|l| l.name), Ok("javascript"));
-        assert_eq!(by_interpreter("bash").map(|l| l.name), Err("shell"));
-        assert_eq!(other_language("app/Main.kt"), Some("kotlin"));
+        assert_eq!(by_interpreter("bash").map(|l| l.name), Ok("bash"));
+        assert_eq!(by_interpreter("fish").map(|l| l.name), Err("shell"));
+        assert_eq!(by_extension("app/Main.kt").map(|l| l.name), Some("kotlin"));
+        assert_eq!(other_language("app/Main.dart"), Some("dart"));
         assert_eq!(other_language("README.md"), None);
         assert!(extensionless("bin/tool") && !extensionless("bin/tool.py"));
     }
