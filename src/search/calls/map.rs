@@ -170,19 +170,9 @@ impl FileRefs {
 pub struct Node {
     pub rel: String,
     pub id: FileId,
-    /// The languages whose definitions its calls may reach ([`family`]).
+    /// The languages whose definitions its calls may reach ([`super::lang::family`]).
     family: &'static str,
     refs: Arc<FileRefs>,
-}
-
-/// Languages that call each other's definitions by name: C and C++ (a `.h` is either), and
-/// JavaScript and TypeScript; every other language on its own.
-fn family(lang: &str) -> &'static str {
-    match lang {
-        "c" | "cpp" => "c",
-        "javascript" | "typescript" | "tsx" => "js",
-        other => super::lang::by_name(other).map_or("", |l| l.name),
-    }
 }
 
 /// How much a reference to `name` weighs, before its count: Aider's rule.
@@ -235,7 +225,7 @@ impl MapCache {
         let mut files: Vec<(FileId, &str, &'static str)> = store
             .summaries()
             .filter(|(_, _, s)| super::lang::by_name(&s.lang).is_some())
-            .map(|(id, rel, s)| (id, rel, family(&s.lang)))
+            .map(|(id, rel, s)| (id, rel, super::lang::family(&s.lang)))
             .collect();
         files.sort_unstable_by(|a, b| a.1.cmp(b.1));
         // After a restart the facts are still in the saved cache: those of changed files are
@@ -609,8 +599,6 @@ mod tests {
         assert_eq!(weight_of("Resolver"), 10.0, "a type's name is one word, in two cases");
         assert_eq!(weight_of("RESOLVER"), 1.0);
         assert_eq!(weight_of("_private"), 1.0, "specific, and private");
-        assert_eq!(family("tsx"), family("javascript"));
-        assert_ne!(family("go"), family("rust"));
     }
 
     #[test]

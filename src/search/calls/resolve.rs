@@ -56,17 +56,6 @@ pub struct Resolver<'a> {
 /// The files of a module path, by (importing directory, module, the importer's language family).
 type ModuleFiles = HashMap<(String, String, &'static str), Rc<Vec<FileId>>>;
 
-/// Languages whose files import each other's modules: JavaScript and TypeScript, C and C++.
-/// A module path never names a file of another family (`app/config` in Go is not
-/// `app/config.py`).
-fn family(lang: &str) -> &'static str {
-    match lang {
-        "javascript" | "typescript" => "js",
-        "c" | "cpp" => "c",
-        other => lang::by_name(other).map_or("", |l| l.name),
-    }
-}
-
 /// Types and their bases, from every file.
 #[derive(Default)]
 struct Hierarchy {
@@ -283,13 +272,13 @@ impl<'a> Resolver<'a> {
             return Rc::new(vec![from]);
         }
         let dir = from_path.rsplit_once('/').map_or("", |(d, _)| d);
-        let from_family = family(self.store.lang(from).unwrap_or(""));
+        let from_family = lang::family(self.store.lang(from).unwrap_or(""));
         let key = (dir.to_owned(), module.to_owned(), from_family);
         if let Some(hit) = self.modules.borrow().get(&key) {
             return hit.clone();
         }
         let mut found = self.find_module(dir, module, from_family);
-        found.retain(|id| family(self.store.lang(*id).unwrap_or("")) == from_family);
+        found.retain(|id| lang::family(self.store.lang(*id).unwrap_or("")) == from_family);
         let found = Rc::new(found);
         self.modules.borrow_mut().insert(key, found.clone());
         found

@@ -119,6 +119,19 @@ pub fn by_name(name: &str) -> Option<&'static Lang> {
     all().iter().copied().find(|l| l.name == name)
 }
 
+/// The languages whose files import and call each other's definitions: JavaScript and
+/// TypeScript (with TSX), C and C++, the JVM's Java, Kotlin and Scala; every other language
+/// is its own. A module path never names a file of another family (`app/config` in Go is
+/// not `app/config.py`), and a name is matched only within its family.
+pub fn family(name: &str) -> &'static str {
+    match name {
+        "javascript" | "typescript" | "tsx" => "js",
+        "c" | "cpp" => "c",
+        "java" | "kotlin" | "scala" => "jvm",
+        other => by_name(other).map_or("", |l| l.name),
+    }
+}
+
 /// Whether a file has no extension, so that only its shebang can say what it is.
 pub fn extensionless(rel: &str) -> bool {
     let file = rel.rsplit('/').next().unwrap_or(rel);
@@ -216,5 +229,14 @@ mod tests {
         assert_eq!(other_language("app/Main.dart"), Some("dart"));
         assert_eq!(other_language("README.md"), None);
         assert!(extensionless("bin/tool") && !extensionless("bin/tool.py"));
+    }
+
+    #[test]
+    fn families_join_languages_that_import_each_other_and_no_others() {
+        assert_eq!(family("tsx"), family("javascript"));
+        assert_eq!(family("kotlin"), family("java"));
+        assert_eq!(family("cpp"), family("c"));
+        assert_ne!(family("go"), family("rust"));
+        assert_ne!(family("python"), family("java"));
     }
 }
