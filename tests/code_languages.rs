@@ -870,3 +870,69 @@ fn zig_calls_resolve_through_typed_parameters_init_and_file_imports() {
         broken: &["function ok"],
     });
 }
+
+/// Dart needs no `new`: `Repo()` types the variable it initializes; the helper is called
+/// through a `package:` import's prefix in a closure bound to a variable; a field's declared
+/// type, an extension's `this`, `maybe!.` and a cascade's target type their receivers.
+#[test]
+fn dart_calls_resolve_through_constructor_calls_declared_types_and_import_prefixes() {
+    check(Expect {
+        lang: "dart",
+        method: "Repo.save",
+        method_sites: &[
+            "lib/app.dart:6 checkout exact",
+            "lib/app.dart:9 checkout ambiguous",
+            "lib/app.dart:22 sell exact",
+            "lib/app.dart:26 twice exact",
+            "lib/app.dart:30 batch exact",
+            "lib/app.dart:33 batch exact",
+            "lib/src/store.dart:15 flush exact",
+        ],
+        name: "save",
+        name_sites: &[
+            "lib/app.dart:6 checkout exact",
+            "lib/app.dart:8 checkout exact",
+            "lib/app.dart:9 checkout ambiguous",
+            "lib/app.dart:22 sell exact",
+            "lib/app.dart:26 twice exact",
+            "lib/app.dart:30 batch exact",
+            "lib/app.dart:33 batch exact",
+            "lib/src/store.dart:15 flush exact",
+        ],
+        name_definitions: 3,
+        function: "helper",
+        function_sites: &["lib/app.dart:10 inner exact"],
+        impact: &[
+            "inner -> helper lib/app.dart:10",
+            "checkout -> inner lib/app.dart:12",
+            "main -> checkout lib/app.dart:16",
+        ],
+        outline_file: "lib/src/store.dart",
+        outline: &[
+            "class Saver [method save]",
+            "class Repo [method open, method save, method flush]",
+            "class Cache [method save]",
+            "function helper",
+        ],
+        broken_file: "lib/broken.dart",
+        broken: &["function ok"],
+    });
+    let (_dir, root) = repository("dart");
+    let mut gm = serve(&root);
+    let r = gm.call_ok("callers", json!({ "symbol": "Repo.open" }));
+    assert_eq!(sites(&r), ["lib/app.dart:31 batch exact"], "a named constructor: {r}");
+    let r = gm.call_ok("callers", json!({ "symbol": "flush" }));
+    assert_eq!(sites(&r), ["lib/app.dart:11 checkout exact", "lib/app.dart:33 batch exact"], "{r}");
+    let r = gm.call_ok("symbols", json!({ "file": "lib/app.dart" }));
+    assert_eq!(
+        outline(&r["symbols"]),
+        [
+            "function checkout [function inner]",
+            "function main",
+            "class Shop [method sell]",
+            "impl Repo [method twice]",
+            "function batch"
+        ],
+        "an extension's methods are its type's: {r}"
+    );
+}

@@ -606,7 +606,8 @@ pub fn segments(text: &str) -> Option<Vec<&str>> {
     let text = text.trim().trim_start_matches('\\').trim_start_matches("::");
     let mut out = Vec::new();
     for part in text.split("::").flat_map(|p| p.split("->")).flat_map(|p| p.split(['.', '\\'])) {
-        let part = part.strip_suffix('?').unwrap_or(part);
+        // `a?.b` and `a!.b` (null-aware access, a non-null assertion) name the same `a`.
+        let part = part.strip_suffix(['?', '!']).unwrap_or(part);
         out.push(identifier(part)?);
     }
     (!out.is_empty()).then_some(out)
@@ -641,6 +642,7 @@ mod tests {
         assert_eq!(segments("\\App\\Util"), Some(vec!["App", "Util"]));
         assert_eq!(segments("std::mem"), Some(vec!["std", "mem"]));
         assert_eq!(segments("a?.b"), Some(vec!["a", "b"]));
+        assert_eq!(segments("r!.save"), Some(vec!["r", "save"]));
         assert_eq!(segments("f().g"), None);
         assert_eq!(segments("items[0]"), None);
     }

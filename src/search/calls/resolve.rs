@@ -323,9 +323,18 @@ impl<'a> Resolver<'a> {
             return self.store.summaries().filter(|(_, p, _)| is_module_file(p, &base)).map(|(id, _, _)| id).collect();
         }
         // A file named by its path from the importing file's directory, extension and all
-        // (Zig's `@import("store.zig")`), before the dotted reading would take `zig` for a name.
+        // (Zig's `@import("store.zig")`, Dart's `import 'src/store.dart'`), before the dotted
+        // reading would take `zig` for a name; Dart's `package:shop/src/store.dart` is the
+        // file `src/store.dart` in a package's `lib` directory.
         let beside = normalize(&format!("{dir}/{module}"));
-        let found: Vec<FileId> = self.store.summaries().filter(|(_, p, _)| *p == beside).map(|(id, _, _)| id).collect();
+        let in_package =
+            module.strip_prefix("package:").and_then(|m| m.split_once('/')).map(|(_, path)| format!("lib/{path}"));
+        let found: Vec<FileId> = self
+            .store
+            .summaries()
+            .filter(|(_, p, _)| *p == beside || in_package.as_deref().is_some_and(|lib| ends_with_path(p, lib)))
+            .map(|(id, _, _)| id)
+            .collect();
         if !found.is_empty() {
             return found;
         }

@@ -105,7 +105,7 @@ macro_rules! languages {
 
 languages!(
     javascript, typescript, python, rust, go, java, c, cpp, csharp, ruby, php, kotlin, swift, scala, lua, bash, elixir,
-    haskell, zig
+    haskell, zig, dart
 );
 
 /// The language of a file from its extension.
@@ -177,7 +177,6 @@ pub fn other_language(rel: &str) -> Option<&'static str> {
         "zsh" => "shell",
         "pl" | "pm" => "perl",
         "erl" | "hrl" => "erlang",
-        "dart" => "dart",
         "r" | "R" => "r",
         "jl" => "julia",
         "ml" | "mli" => "ocaml",
@@ -226,7 +225,7 @@ mod tests {
         assert_eq!(by_interpreter("bash").map(|l| l.name), Ok("bash"));
         assert_eq!(by_interpreter("fish").map(|l| l.name), Err("shell"));
         assert_eq!(by_extension("app/Main.kt").map(|l| l.name), Some("kotlin"));
-        assert_eq!(other_language("app/Main.dart"), Some("dart"));
+        assert_eq!(other_language("app/main.erl"), Some("erlang"));
         assert_eq!(other_language("README.md"), None);
         assert!(extensionless("bin/tool") && !extensionless("bin/tool.py"));
     }
