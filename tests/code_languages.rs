@@ -936,3 +936,59 @@ fn dart_calls_resolve_through_constructor_calls_declared_types_and_import_prefix
         "an extension's methods are its type's: {r}"
     );
 }
+
+/// OCaml's modules are structures whose functions a path names (`Repo.save`, `Store.Cache.save`,
+/// through `module S = Store`, the file `store.ml`); a module typed by a module type (a
+/// first-class module, a functor's parameter) may be any module of that shape: ambiguous.
+/// Objects' methods are called with `#`, typed by annotations, `new` and the self name.
+#[test]
+fn ocaml_calls_resolve_through_module_paths_aliases_annotations_and_self() {
+    check(Expect {
+        lang: "ocaml",
+        method: "Repo.save",
+        method_sites: &[
+            "lib/app.ml:5 checkout exact",
+            "lib/app.ml:7 checkout ambiguous",
+            "lib/app.ml:13 run ambiguous",
+            "lib/app.ml:13 run ambiguous",
+            "lib/app.ml:18 main exact",
+            "lib/store.ml:8 flush exact",
+        ],
+        name: "save",
+        name_sites: &[
+            "lib/app.ml:5 checkout exact",
+            "lib/app.ml:6 checkout exact",
+            "lib/app.ml:7 checkout ambiguous",
+            "lib/app.ml:8 checkout exact",
+            "lib/app.ml:13 run ambiguous",
+            "lib/app.ml:13 run ambiguous",
+            "lib/app.ml:18 main exact",
+            "lib/store.ml:8 flush exact",
+            "lib/store.ml:17 flush exact",
+        ],
+        name_definitions: 4,
+        function: "helper",
+        function_sites: &["lib/app.ml:9 inner exact", "lib/app.ml:10 checkout exact"],
+        impact: &[
+            "inner -> helper lib/app.ml:9",
+            "checkout -> helper lib/app.ml:10",
+            "checkout -> inner lib/app.ml:10",
+            "main -> checkout lib/app.ml:20",
+            "<top level> -> main lib/app.ml:22",
+        ],
+        outline_file: "lib/store.ml",
+        outline: &[
+            "interface SAVER [method save]",
+            "struct Repo [method save, method flush]",
+            "struct Cache [method save]",
+            "class counter [method save, method flush]",
+            "function helper",
+        ],
+        broken_file: "lib/broken.ml",
+        broken: &["function ok"],
+    });
+    let (_dir, root) = repository("ocaml");
+    let mut gm = serve(&root);
+    let r = gm.call_ok("callers", json!({ "symbol": "counter.flush" }));
+    assert_eq!(sites(&r), ["lib/app.ml:19 main exact"], "`new counter` types o: {r}");
+}

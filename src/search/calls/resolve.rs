@@ -258,7 +258,8 @@ impl<'a> Resolver<'a> {
         let versioned = |dir: &str| {
             dir.strip_prefix(q).is_some_and(|v| v.starts_with('-') && v[1..].starts_with(|c: char| c.is_ascii_digit()))
         };
-        stem == q || parts.any(|dir| dir == q || versioned(dir))
+        let module_named = self.lang_of(id).is_some_and(|l| l.capitalized_file_modules) && capitalized(stem) == q;
+        stem == q || module_named || parts.any(|dir| dir == q || versioned(dir))
     }
 
     /// The files a module path names, seen from the file `from`: relative paths (`./db`,
@@ -348,6 +349,8 @@ impl<'a> Resolver<'a> {
         // A Go import path starts with the module's own path (a host, an owner), which the
         // workspace's relative paths do not have: its last elements name the directory.
         let shortest = if module.contains('/') { 1 } else { segments.len() };
+        // `Store` names `store.ml` where a file is the module of its capitalized name.
+        let capitalized_files = lang::by_name(from_family).is_some_and(|l| l.capitalized_file_modules);
         for take in (shortest..=segments.len()).rev() {
             let tail = segments[segments.len() - take..].join("/");
             let dotted = segments[segments.len() - take..].join(".");
@@ -359,6 +362,7 @@ impl<'a> Resolver<'a> {
                     let (file_dir, file) = p.rsplit_once('/').unwrap_or(("", p));
                     let stem = file.split('.').next().unwrap_or(file);
                     ends_with_path(p.rsplit_once('.').map_or(*p, |(s, _)| s), &tail)
+                        || capitalized_files && ends_with_path(&format!("{file_dir}/{}", capitalized(stem)), &tail)
                         || (matches!(stem, "__init__" | "mod" | "index" | "lib") || go)
                             && ends_with_path(file_dir, &tail)
                         || (!f.module.is_empty() && f.module.replace(['\\', ':'], ".").replace("..", ".") == dotted)
@@ -633,6 +637,12 @@ fn enclosing_owner(f: &FileFacts, mut at: u32) -> Option<&str> {
     None
 }
 
+/// `store` -> `Store`.
+fn capitalized(name: &str) -> String {
+    let mut chars = name.chars();
+    chars.next().map_or_else(String::new, |first| first.to_uppercase().chain(chars).collect())
+}
+
 /// `a/./b/../c` -> `a/c`.
 fn normalize(path: &str) -> String {
     let mut out: Vec<&str> = Vec::new();
@@ -690,5 +700,7 @@ mod tests {
         assert!(ends_with_path("src/acme/util", "acme/util"));
         assert!(!ends_with_path("src/xacme/util", "acme/util"));
         assert_eq!(normalize("src/a/../b/./c"), "src/b/c");
+        assert_eq!(capitalized("store"), "Store");
+        assert_eq!(capitalized(""), "");
     }
 }

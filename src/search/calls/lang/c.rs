@@ -16,6 +16,7 @@ pub static C: Lang = Lang {
     self_names: &[],
     implicit_self: false,
     package_is_directory: false,
+    capitalized_file_modules: false,
 };
 
 const QUERY: &str = r#"

@@ -15,6 +15,7 @@ pub static CSHARP: Lang = Lang {
     self_names: &["this", "base"],
     implicit_self: true,
     package_is_directory: false,
+    capitalized_file_modules: false,
 };
 
 const QUERY: &str = r#"

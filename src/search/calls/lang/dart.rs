@@ -25,6 +25,7 @@ pub static DART: Lang = Lang {
     self_names: &["this"],
     implicit_self: true,
     package_is_directory: false,
+    capitalized_file_modules: false,
 };
 
 const QUERY: &str = r#"

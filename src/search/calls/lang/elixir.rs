@@ -21,6 +21,7 @@ pub static ELIXIR: Lang = Lang {
     self_names: &["__MODULE__"],
     implicit_self: false,
     package_is_directory: false,
+    capitalized_file_modules: false,
 };
 
 const QUERY: &str = r#"

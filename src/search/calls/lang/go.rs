@@ -15,6 +15,7 @@ pub static GO: Lang = Lang {
     self_names: &[],
     implicit_self: false,
     package_is_directory: true,
+    capitalized_file_modules: false,
 };
 
 const QUERY: &str = r#"

@@ -20,6 +20,7 @@ pub static HASKELL: Lang = Lang {
     self_names: &[],
     implicit_self: false,
     package_is_directory: false,
+    capitalized_file_modules: false,
 };
 
 const QUERY: &str = r#"

@@ -15,6 +15,7 @@ pub static JAVA: Lang = Lang {
     self_names: &["this", "super"],
     implicit_self: true,
     package_is_directory: false,
+    capitalized_file_modules: false,
 };
 
 const QUERY: &str = r#"

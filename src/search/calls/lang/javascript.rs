@@ -14,6 +14,7 @@ pub static JAVASCRIPT: Lang = Lang {
     self_names: &["this", "super"],
     implicit_self: false,
     package_is_directory: false,
+    capitalized_file_modules: false,
 };
 
 /// Patterns the JavaScript and TypeScript grammars share (TypeScript's extends JavaScript's).

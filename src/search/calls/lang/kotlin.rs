@@ -19,6 +19,7 @@ pub static KOTLIN: Lang = Lang {
     self_names: &["this", "super"],
     implicit_self: true,
     package_is_directory: false,
+    capitalized_file_modules: false,
 };
 
 // `import a.b.*` binds no name: the grammar parses it as `a.b` and a star, so it is left out.

@@ -19,6 +19,7 @@ pub static LUA: Lang = Lang {
     self_names: &["self"],
     implicit_self: false,
     package_is_directory: false,
+    capitalized_file_modules: false,
 };
 
 const QUERY: &str = r#"

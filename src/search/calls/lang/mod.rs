@@ -33,6 +33,9 @@ pub struct Lang {
     /// A bare call may only reach a function of the same package, which is the file's
     /// directory (Go).
     pub package_is_directory: bool,
+    /// A file is a module named by its file name capitalized, which nothing in it declares
+    /// (OCaml's `store.ml` is `Store`): a module path or qualifier names it so.
+    pub capitalized_file_modules: bool,
 }
 
 /// A language's queries compiled once: gm's own patterns first, then the shipped ones.
@@ -105,7 +108,7 @@ macro_rules! languages {
 
 languages!(
     javascript, typescript, python, rust, go, java, c, cpp, csharp, ruby, php, kotlin, swift, scala, lua, bash, elixir,
-    haskell, zig, dart
+    haskell, zig, dart, ocaml
 );
 
 /// The language of a file from its extension.
@@ -179,7 +182,8 @@ pub fn other_language(rel: &str) -> Option<&'static str> {
         "erl" | "hrl" => "erlang",
         "r" | "R" => "r",
         "jl" => "julia",
-        "ml" | "mli" => "ocaml",
+        // An interface file is declarations only, in a grammar of its own gm does not read.
+        "mli" => "ocaml interface",
         "fs" | "fsx" => "f#",
         "clj" | "cljs" => "clojure",
         "groovy" | "gradle" => "groovy",

@@ -15,6 +15,7 @@ pub static PHP: Lang = Lang {
     self_names: &["$this", "self", "static", "parent"],
     implicit_self: false,
     package_is_directory: false,
+    capitalized_file_modules: false,
 };
 
 const QUERY: &str = r#"

@@ -15,6 +15,7 @@ pub static PYTHON: Lang = Lang {
     self_names: &["self", "cls"],
     implicit_self: false,
     package_is_directory: false,
+    capitalized_file_modules: false,
 };
 
 // A call of a capitalized name is taken as a constructor when typing a variable (PEP 8 names

@@ -17,6 +17,7 @@ pub static RUBY: Lang = Lang {
     self_names: &["self"],
     implicit_self: true,
     package_is_directory: false,
+    capitalized_file_modules: false,
 };
 
 const QUERY: &str = r#"

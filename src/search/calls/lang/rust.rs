@@ -16,6 +16,7 @@ pub static RUST: Lang = Lang {
     self_names: &["self", "Self"],
     implicit_self: false,
     package_is_directory: false,
+    capitalized_file_modules: false,
 };
 
 // `let x = Type::f(..)` types `x` as `Type`: most such calls are constructors (`new`, `open`,

@@ -19,6 +19,7 @@ pub static SCALA: Lang = Lang {
     self_names: &["this", "super"],
     implicit_self: true,
     package_is_directory: false,
+    capitalized_file_modules: false,
 };
 
 // An object is taken as a class: its methods are then its name's, which is how a companion

@@ -20,6 +20,7 @@ pub static SWIFT: Lang = Lang {
     self_names: &["self", "super", "Self"],
     implicit_self: true,
     package_is_directory: false,
+    capitalized_file_modules: false,
 };
 
 // Swift has no `new`: a call of a capitalized name is taken as an initializer when typing a

@@ -16,6 +16,7 @@ pub static TYPESCRIPT: Lang = Lang {
     self_names: &["this", "super"],
     implicit_self: false,
     package_is_directory: false,
+    capitalized_file_modules: false,
 };
 
 pub static TSX: Lang = Lang {

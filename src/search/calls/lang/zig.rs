@@ -22,6 +22,7 @@ pub static ZIG: Lang = Lang {
     self_names: &[],
     implicit_self: false,
     package_is_directory: false,
+    capitalized_file_modules: false,
 };
 
 const QUERY: &str = r#"
