@@ -992,3 +992,53 @@ fn ocaml_calls_resolve_through_module_paths_aliases_annotations_and_self() {
     let r = gm.call_ok("callers", json!({ "symbol": "counter.flush" }));
     assert_eq!(sites(&r), ["lib/app.ml:19 main exact"], "`new counter` types o: {r}");
 }
+
+/// R's classes are R6 (or Reference) classes, `obj$m()` with `self$m()` inside; `Repo$new()`
+/// types a variable; the helper comes through box modules, aliased whole and by name, and a
+/// lambda `\(i)`. S4 methods are their class's, and a generic's call reaches the generic.
+#[test]
+fn r_calls_resolve_through_r6_classes_new_self_and_box_modules() {
+    check(Expect {
+        lang: "r",
+        method: "Repo.save",
+        method_sites: &["R/app.R:5 checkout exact", "R/app.R:8 checkout ambiguous", "R/store.R:9 flush exact"],
+        name: "save",
+        name_sites: &[
+            "R/app.R:5 checkout exact",
+            "R/app.R:7 checkout exact",
+            "R/app.R:8 checkout ambiguous",
+            "R/store.R:9 flush exact",
+        ],
+        name_definitions: 3,
+        function: "helper",
+        function_sites: &["R/app.R:9 inner exact", "R/app.R:11 checkout exact", "R/app.R:16 main exact"],
+        impact: &[
+            "inner -> helper R/app.R:9",
+            "checkout -> helper R/app.R:11",
+            "main -> helper R/app.R:16",
+            "checkout -> inner R/app.R:11",
+            "main -> checkout R/app.R:15",
+        ],
+        outline_file: "R/store.R",
+        outline: &[
+            "class Saver [method save]",
+            "class Repo [method save, method flush]",
+            "class Cache [method save]",
+            "function helper",
+        ],
+        broken_file: "R/broken.R",
+        broken: &["function ok"],
+    });
+    let (_dir, root) = repository("r");
+    let mut gm = serve(&root);
+    let r = gm.call_ok("symbols", json!({ "file": "R/shapes.R" }));
+    assert_eq!(
+        outline(&r["symbols"]),
+        ["class Shape", "class Square", "function area", "method area", "function total"],
+        "{r}"
+    );
+    assert_eq!(r["symbols"][3]["owner"], "Square", "setMethod's class: {r}");
+    let r = gm.call_ok("callers", json!({ "symbol": "area" }));
+    assert_eq!(sites(&r), ["R/shapes.R:6 total exact"], "the generic's call; `area` passed as a value is no call: {r}");
+    assert_eq!(r["ambiguous"], true, "the generic and a method share the name: {r}");
+}

@@ -108,7 +108,7 @@ macro_rules! languages {
 
 languages!(
     javascript, typescript, python, rust, go, java, c, cpp, csharp, ruby, php, kotlin, swift, scala, lua, bash, elixir,
-    haskell, zig, dart, ocaml
+    haskell, zig, dart, ocaml, r
 );
 
 /// The language of a file from its extension.
@@ -180,7 +180,6 @@ pub fn other_language(rel: &str) -> Option<&'static str> {
         "zsh" => "shell",
         "pl" | "pm" => "perl",
         "erl" | "hrl" => "erlang",
-        "r" | "R" => "r",
         "jl" => "julia",
         // An interface file is declarations only, in a grammar of its own gm does not read.
         "mli" => "ocaml interface",
