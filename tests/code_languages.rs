@@ -1042,3 +1042,44 @@ fn r_calls_resolve_through_r6_classes_new_self_and_box_modules() {
     assert_eq!(sites(&r), ["R/shapes.R:6 total exact"], "the generic's call; `area` passed as a value is no call: {r}");
     assert_eq!(r["ambiguous"], true, "the generic and a method share the name: {r}");
 }
+
+/// Julia dispatches a call on its arguments' types: each method is its own definition, owned
+/// by its first argument's type, and a call's first argument of a type the file says picks
+/// the method (`repo = Repo(..)`, `c::Cache`, `thing::Saver` reaching both subtypes'). The
+/// helper comes through `using .Store: helper as h` and `import .Store` with `Store.helper`.
+#[test]
+fn julia_calls_resolve_by_dispatch_on_the_first_argument_s_declared_type() {
+    check(Expect {
+        lang: "julia",
+        method: "Repo.save",
+        method_sites: &["src/App.jl:10 checkout exact", "src/App.jl:13 checkout ambiguous", "src/Store.jl:14 flush exact"],
+        name: "save",
+        name_sites: &[
+            "src/App.jl:10 checkout exact",
+            "src/App.jl:12 checkout exact",
+            "src/App.jl:13 checkout ambiguous",
+            "src/Store.jl:14 flush exact",
+        ],
+        name_definitions: 2,
+        function: "helper",
+        function_sites: &["src/App.jl:14 inner exact", "src/App.jl:16 checkout exact"],
+        impact: &[
+            "inner -> helper src/App.jl:14",
+            "Saver.checkout -> helper src/App.jl:16",
+            "Saver.checkout -> inner src/App.jl:16",
+            "main -> Saver.checkout src/App.jl:19",
+        ],
+        outline_file: "src/Store.jl",
+        outline: &[
+            "module Store [interface Saver, struct Repo, struct Cache, method save, method flush, method save, function helper, method describe, method describe]",
+        ],
+        broken_file: "src/Broken.jl",
+        broken: &["function ok"],
+    });
+    let (_dir, root) = repository("julia");
+    let mut gm = serve(&root);
+    let r = gm.call_ok("callers", json!({ "symbol": "flush" }));
+    assert_eq!(sites(&r), ["src/App.jl:15 checkout exact"], "`repo |> flush` dispatches on repo: {r}");
+    let r = gm.call_ok("callers", json!({ "symbol": "describe" }));
+    assert_eq!(sites(&r), ["src/App.jl:19 main ambiguous"], "a literal's type is not followed: {r}");
+}

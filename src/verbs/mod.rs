@@ -345,7 +345,7 @@ pub fn registry() -> &'static [Verb] {
             verb!("grep", "search", Effect::Read, LONG, search::GrepArgs, search::grep,
                 "Find a literal, regex or whole-word pattern in the workspace's git-tracked files; capped, saying how many matches were left out."),
             verb!("callers", "code", Effect::Read, LONG, search::CallersArgs, search::callers,
-                "Call sites of a function or method (tree-sitter; JavaScript, TypeScript, Python, Rust, Go, Java, C, C++, C#, Ruby, PHP, Kotlin, Swift, Scala, Lua, Bash, Elixir, Haskell, Zig, Dart, OCaml, R): file, line, enclosing function, narrowed by receiver types, qualifiers and imports; says when a call stays ambiguous."),
+                "Call sites of a function or method (tree-sitter; JavaScript, TypeScript, Python, Rust, Go, Java, C, C++, C#, Ruby, PHP, Kotlin, Swift, Scala, Lua, Bash, Elixir, Haskell, Zig, Dart, OCaml, R, Julia): file, line, enclosing function, narrowed by receiver types, qualifiers and imports; says when a call stays ambiguous."),
             verb!("impact", "code", Effect::Read, LONG, search::ImpactArgs, search::impact,
                 "What a change to a function reaches: its callers, their callers, up to depth (default 3), as a graph of nodes and edges with the files."),
             verb!("symbols", "code", Effect::Read, LONG, search::SymbolsArgs, search::symbols,

@@ -14,6 +14,7 @@
 //! | `@clause` | in a definition's match | one clause of a function written as several, one after another (Haskell's `f 0 = ..` then `f n = ..`): the clauses that follow the first widen it |
 //! | `@reference.call` / `.new` / `.macro` / `.in_macro` + `@name` | the call, the called name | a call, a constructor call, a macro call, a call-like token run in a macro's arguments |
 //! | `@receiver` | in a call's match | the object of `obj.f()` |
+//! | `@dispatch` | in a call's match | the argument a call is dispatched on (Julia's first): its type, when the file says it, is the call's receiver type, the call staying a plain call |
 //! | `@qualifier` | in a call's match | the path of `Type::f()`, `ns::f()` (several are joined) |
 //! | `@import` + `@import.module`, `@import.name`, `@import.alias` | an import | what it binds (several modules are joined; a module that holds the name is its parts before it) |
 //! | `@bind.name` / `@bind.field` + `@bind.type` | anywhere | a variable, or a field of the current type, has that type |
@@ -33,6 +34,7 @@ pub enum Role {
     Definition(DefKind),
     Reference(CallKind),
     Receiver,
+    Dispatch,
     Qualifier,
     Owner,
     Base,
@@ -61,6 +63,7 @@ pub fn role(capture: &str) -> Role {
         "reference.macro" => Role::Reference(CallKind::Macro),
         "reference.in_macro" => Role::Reference(CallKind::InMacro),
         "receiver" => Role::Receiver,
+        "dispatch" => Role::Dispatch,
         "qualifier" => Role::Qualifier,
         "owner" => Role::Owner,
         "base" => Role::Base,
@@ -119,6 +122,7 @@ struct RawCall<'t> {
     kind: CallKind,
     pattern: usize,
     receiver: Option<Node<'t>>,
+    dispatch: Option<Node<'t>>,
     qualifier: Vec<Node<'t>>,
 }
 
@@ -157,6 +161,7 @@ fn collect<'t>(compiled: &Compiled, root: Node<'t>, src: &[u8]) -> Raw<'t> {
         let mut def = None;
         let mut call = None;
         let (mut name, mut receiver, mut owner, mut decl, mut import) = (None, None, None, false, false);
+        let mut dispatch = None;
         let mut clause = false;
         let (mut qualifier, mut bases, mut modules) = (Vec::new(), Vec::new(), Vec::new());
         let (mut import_name, mut alias, mut bind_name, mut bind_field, mut bind_type) = (None, None, None, None, None);
@@ -167,6 +172,7 @@ fn collect<'t>(compiled: &Compiled, root: Node<'t>, src: &[u8]) -> Raw<'t> {
                 Role::Definition(kind) => def = Some((n, kind)),
                 Role::Reference(kind) => call = Some((n, kind)),
                 Role::Receiver => receiver = Some(n),
+                Role::Dispatch => dispatch = Some(n),
                 Role::Qualifier => qualifier.push(n),
                 Role::Owner => owner = Some(n),
                 Role::Base => bases.push(n),
@@ -212,6 +218,7 @@ fn collect<'t>(compiled: &Compiled, root: Node<'t>, src: &[u8]) -> Raw<'t> {
                         (c.node, c.kind, c.pattern) = (node, kind, m.pattern_index);
                     }
                     c.receiver = c.receiver.or(receiver);
+                    c.dispatch = c.dispatch.or(dispatch);
                     if c.qualifier.is_empty() {
                         c.qualifier = qualifier;
                     }
@@ -219,7 +226,7 @@ fn collect<'t>(compiled: &Compiled, root: Node<'t>, src: &[u8]) -> Raw<'t> {
                 None => {
                     call_at.insert(name.start_byte(), raw.calls.len());
                     let pattern = m.pattern_index;
-                    raw.calls.push(RawCall { node, name, kind, pattern, receiver, qualifier });
+                    raw.calls.push(RawCall { node, name, kind, pattern, receiver, dispatch, qualifier });
                 }
             }
         } else if import && (!modules.is_empty() || import_name.is_some()) {
@@ -369,7 +376,14 @@ fn build(lang: &Lang, mut raw: Raw, src: &[u8], b: &mut Builder) -> Option<()> {
                 segments(&joined)
             }
         };
-        let recv_type = match &path {
+        // A dispatched-on argument gives the call a receiver type, never a qualifier: the
+        // call is still a plain call of the name, which is how it resolves when the type is
+        // not one of the method's.
+        let dispatched = match (&path, c.dispatch) {
+            (None, Some(arg)) => segments(text(arg, src)),
+            _ => None,
+        };
+        let recv_type = match path.as_ref().or(dispatched.as_ref()) {
             Some(path) => types.of_path(path, enclosing),
             None => None,
         };

@@ -98,7 +98,9 @@ impl FileRefs {
             let name = renamed.map_or(callee, |i| f.str(i.name));
             let qualifier = f.str(c.qualifier);
             let first = qualifier.split('.').next().unwrap_or("");
-            let reach = if !c.recv_type.is_empty() {
+            // A call dispatched on an argument's type (no qualifier) may reach a method of
+            // another type when that one has none: any of the name's.
+            let reach = if !c.recv_type.is_empty() && !qualifier.is_empty() {
                 Reach::Owner(f.str(c.recv_type).into())
             } else if c.kind == CallKind::Method && !imported(first) {
                 Reach::Mentioned

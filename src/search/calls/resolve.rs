@@ -419,7 +419,21 @@ impl<'a> Resolver<'a> {
         let callee = f.str(call.callee);
         let lang = self.lang_of(id);
         let qualifier = f.str(call.qualifier);
-        if call.recv_type.is_empty() && qualifier.is_empty() {
+        let dispatches = lang.is_some_and(|l| l.dispatch);
+        // A call dispatched on an argument of a type the file says reaches that type's method
+        // (or its base's, or its derived types'); one of another type is resolved as a bare
+        // call, among every method of the name.
+        if dispatches && !call.recv_type.is_empty() && qualifier.is_empty() {
+            let ty = f.str(call.recv_type);
+            if self.is_type(ty) {
+                let owned = self.owned_by(&self.defs_named(callee), ty);
+                if !owned.is_empty() {
+                    return Reach::Defs { defs: constructors_as_types(self, owned, callee).into(), known: true };
+                }
+            }
+        }
+        let bare = qualifier.is_empty() && (call.recv_type.is_empty() || dispatches);
+        if bare {
             if let Some(imp) = f.imports.iter().find(|i| f.is(i.local, callee)) {
                 let original = if imp.name.is_empty() { callee } else { f.str(imp.name) };
                 let files = self.module_files(id, f.str(imp.module));
@@ -444,7 +458,7 @@ impl<'a> Resolver<'a> {
         let guess =
             |defs: Vec<At>| Reach::Defs { defs: constructors_as_types(self, defs, callee).into(), known: false };
         // A receiver whose type the file says.
-        if !call.recv_type.is_empty() {
+        if !call.recv_type.is_empty() && !bare {
             let ty = f.str(call.recv_type);
             if self.unknown_implementors(ty) {
                 return guess(all);
@@ -467,7 +481,8 @@ impl<'a> Resolver<'a> {
         }
         // A bare call: this file's function, the class's own method, the package's, the one
         // function of that name.
-        let free: Vec<At> = all.iter().copied().filter(|at| self.owner(*at).is_empty()).collect();
+        // Where methods are called as functions (dispatch), each of them is one.
+        let free: Vec<At> = all.iter().copied().filter(|at| dispatches || self.owner(*at).is_empty()).collect();
         let mut here: Vec<At> = free.iter().copied().filter(|(fid, _)| *fid == id).collect();
         if here.len() > 1 {
             // Functions of that name in two modules or namespaces of the file (Elixir's

@@ -19,6 +19,7 @@ pub static BASH: Lang = Lang {
     implicit_self: false,
     package_is_directory: false,
     capitalized_file_modules: false,
+    dispatch: false,
 };
 
 const QUERY: &str = r#"

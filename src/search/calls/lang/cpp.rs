@@ -17,6 +17,7 @@ pub static CPP: Lang = Lang {
     implicit_self: true,
     package_is_directory: false,
     capitalized_file_modules: false,
+    dispatch: false,
 };
 
 const QUERY: &str = r#"

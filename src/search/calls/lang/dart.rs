@@ -26,6 +26,7 @@ pub static DART: Lang = Lang {
     implicit_self: true,
     package_is_directory: false,
     capitalized_file_modules: false,
+    dispatch: false,
 };
 
 const QUERY: &str = r#"

@@ -16,6 +16,7 @@ pub static GO: Lang = Lang {
     implicit_self: false,
     package_is_directory: true,
     capitalized_file_modules: false,
+    dispatch: false,
 };
 
 const QUERY: &str = r#"

@@ -16,6 +16,7 @@ pub static JAVA: Lang = Lang {
     implicit_self: true,
     package_is_directory: false,
     capitalized_file_modules: false,
+    dispatch: false,
 };
 
 const QUERY: &str = r#"

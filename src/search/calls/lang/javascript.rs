@@ -15,6 +15,7 @@ pub static JAVASCRIPT: Lang = Lang {
     implicit_self: false,
     package_is_directory: false,
     capitalized_file_modules: false,
+    dispatch: false,
 };
 
 /// Patterns the JavaScript and TypeScript grammars share (TypeScript's extends JavaScript's).

@@ -20,6 +20,7 @@ pub static KOTLIN: Lang = Lang {
     implicit_self: true,
     package_is_directory: false,
     capitalized_file_modules: false,
+    dispatch: false,
 };
 
 // `import a.b.*` binds no name: the grammar parses it as `a.b` and a star, so it is left out.

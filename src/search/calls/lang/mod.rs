@@ -36,6 +36,11 @@ pub struct Lang {
     /// A file is a module named by its file name capitalized, which nothing in it declares
     /// (OCaml's `store.ml` is `Store`): a module path or qualifier names it so.
     pub capitalized_file_modules: bool,
+    /// A function's methods are told apart by their arguments' types, a call choosing one at
+    /// run time (Julia's multiple dispatch): a method is defined for its first argument's
+    /// type (`@owner`), is called bare like a function, and a call whose first argument's
+    /// type the file says (`@dispatch`) reaches that type's method.
+    pub dispatch: bool,
 }
 
 /// A language's queries compiled once: gm's own patterns first, then the shipped ones.
@@ -108,7 +113,7 @@ macro_rules! languages {
 
 languages!(
     javascript, typescript, python, rust, go, java, c, cpp, csharp, ruby, php, kotlin, swift, scala, lua, bash, elixir,
-    haskell, zig, dart, ocaml, r
+    haskell, zig, dart, ocaml, r, julia
 );
 
 /// The language of a file from its extension.
@@ -180,7 +185,6 @@ pub fn other_language(rel: &str) -> Option<&'static str> {
         "zsh" => "shell",
         "pl" | "pm" => "perl",
         "erl" | "hrl" => "erlang",
-        "jl" => "julia",
         // An interface file is declarations only, in a grammar of its own gm does not read.
         "mli" => "ocaml interface",
         "fs" | "fsx" => "f#",

@@ -29,6 +29,7 @@ pub static OCAML: Lang = Lang {
     implicit_self: true,
     package_is_directory: false,
     capitalized_file_modules: true,
+    dispatch: false,
 };
 
 const QUERY: &str = r#"

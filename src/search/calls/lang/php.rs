@@ -16,6 +16,7 @@ pub static PHP: Lang = Lang {
     implicit_self: false,
     package_is_directory: false,
     capitalized_file_modules: false,
+    dispatch: false,
 };
 
 const QUERY: &str = r#"

@@ -16,6 +16,7 @@ pub static PYTHON: Lang = Lang {
     implicit_self: false,
     package_is_directory: false,
     capitalized_file_modules: false,
+    dispatch: false,
 };
 
 // A call of a capitalized name is taken as a constructor when typing a variable (PEP 8 names

@@ -17,6 +17,7 @@ pub static RUST: Lang = Lang {
     implicit_self: false,
     package_is_directory: false,
     capitalized_file_modules: false,
+    dispatch: false,
 };
 
 // `let x = Type::f(..)` types `x` as `Type`: most such calls are constructors (`new`, `open`,

@@ -20,6 +20,7 @@ pub static SCALA: Lang = Lang {
     implicit_self: true,
     package_is_directory: false,
     capitalized_file_modules: false,
+    dispatch: false,
 };
 
 // An object is taken as a class: its methods are then its name's, which is how a companion

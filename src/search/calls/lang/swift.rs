@@ -21,6 +21,7 @@ pub static SWIFT: Lang = Lang {
     implicit_self: true,
     package_is_directory: false,
     capitalized_file_modules: false,
+    dispatch: false,
 };
 
 // Swift has no `new`: a call of a capitalized name is taken as an initializer when typing a

@@ -17,6 +17,7 @@ pub static TYPESCRIPT: Lang = Lang {
     implicit_self: false,
     package_is_directory: false,
     capitalized_file_modules: false,
+    dispatch: false,
 };
 
 pub static TSX: Lang = Lang {
