@@ -966,7 +966,7 @@ fn ocaml_calls_resolve_through_module_paths_aliases_annotations_and_self() {
             "lib/store.ml:8 flush exact",
             "lib/store.ml:17 flush exact",
         ],
-        name_definitions: 4,
+        name_definitions: 5,
         function: "helper",
         function_sites: &["lib/app.ml:9 inner exact", "lib/app.ml:10 checkout exact"],
         impact: &[
@@ -991,6 +991,22 @@ fn ocaml_calls_resolve_through_module_paths_aliases_annotations_and_self() {
     let mut gm = serve(&root);
     let r = gm.call_ok("callers", json!({ "symbol": "counter.flush" }));
     assert_eq!(sites(&r), ["lib/app.ml:19 main exact"], "`new counter` types o: {r}");
+    // The interface's declarations are outlined; those the implementation defines are no
+    // definitions of their own (the module type's `save` is declared in both files).
+    let r = gm.call_ok("symbols", json!({ "file": "lib/store.mli" }));
+    assert_eq!(r["language"], "ocaml_interface", "{r}");
+    assert_eq!(
+        outline(&r["symbols"]),
+        [
+            "interface SAVER [method save]",
+            "struct Repo [method save, method flush]",
+            "class counter [method save, method flush]",
+            "function helper"
+        ],
+        "{r}"
+    );
+    let r = gm.call_ok("callers", json!({ "symbol": "helper" }));
+    assert_eq!(r["definitions"].as_array().map(Vec::len), Some(1), "the .ml's: {r}");
 }
 
 /// R's classes are R6 (or Reference) classes, `obj$m()` with `self$m()` inside; `Repo$new()`

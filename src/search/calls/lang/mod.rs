@@ -185,8 +185,6 @@ pub fn other_language(rel: &str) -> Option<&'static str> {
         "zsh" => "shell",
         "pl" | "pm" => "perl",
         "erl" | "hrl" => "erlang",
-        // An interface file is declarations only, in a grammar of its own gm does not read.
-        "mli" => "ocaml interface",
         "fs" | "fsx" => "f#",
         "clj" | "cljs" => "clojure",
         "groovy" | "gradle" => "groovy",

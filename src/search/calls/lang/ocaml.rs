@@ -9,11 +9,11 @@
 //! `(M : SAVER)`, a first-class `(module M : SAVER)`). A module matches a module type by its
 //! shape, never by saying so: a call through one (`M.save`) may reach every `save`, and says
 //! so. A `let` that takes no parameters binds a value, no function: the calls in it are its
-//! enclosing function's.
+//! enclosing function's. An interface file (`.mli`) is outlined by its declarations.
 
 use super::Lang;
 
-pub const LANGS: &[&Lang] = &[&OCAML];
+pub const LANGS: &[&Lang] = &[&OCAML, &OCAML_INTERFACE];
 
 pub static OCAML: Lang = Lang {
     name: "ocaml",
@@ -31,6 +31,26 @@ pub static OCAML: Lang = Lang {
     capitalized_file_modules: true,
     dispatch: false,
 };
+
+/// An interface file (`.mli`), in the grammar's interface dialect: declarations only, outlined
+/// as the implementation is (a definition in the `.ml` hides its declaration from `callers`).
+pub static OCAML_INTERFACE: Lang = Lang {
+    name: "ocaml_interface",
+    extensions: &["mli"],
+    interpreters: &[],
+    grammar: || tree_sitter_ocaml::LANGUAGE_OCAML_INTERFACE.into(),
+    query: &[INTERFACE_QUERY],
+    ..OCAML
+};
+
+const INTERFACE_QUERY: &str = r#"
+(module_type_definition (module_type_name) @name body: (signature)) @definition.interface
+(module_definition (module_binding (module_name) @name module_type: (signature))) @definition.struct
+(class_definition (class_binding (class_name) @name)) @definition.class
+(value_specification (value_name) @name) @definition.function @declaration
+(method_specification (method_name) @name) @definition.method @declaration
+(external (value_name) @name) @definition.function @declaration
+"#;
 
 const QUERY: &str = r#"
 (module_type_definition (module_type_name) @name body: (signature)) @definition.interface
