@@ -991,6 +991,8 @@ fn ocaml_calls_resolve_through_module_paths_aliases_annotations_and_self() {
     let mut gm = serve(&root);
     let r = gm.call_ok("callers", json!({ "symbol": "counter.flush" }));
     assert_eq!(sites(&r), ["lib/app.ml:19 main exact"], "`new counter` types o: {r}");
+    let r = gm.call_ok("callers", json!({ "symbol": "Twice.run" }));
+    assert_eq!(sites(&r), ["lib/app.ml:26 twice_saved exact"], "T is the functor's structure: {r}");
     // The interface's declarations are outlined; those the implementation defines are no
     // definitions of their own (the module type's `save` is declared in both files).
     let r = gm.call_ok("symbols", json!({ "file": "lib/store.mli" }));

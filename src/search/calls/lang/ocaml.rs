@@ -3,13 +3,14 @@
 //! end`, an interface whose `val`s are declarations); classes and their methods (`obj#m`);
 //! `let` functions, local ones, and `fun` bound to a name; `Repo.f`, `A.B.f`, `x |> f`,
 //! `f @@ x`. `module S = Store` is an import of the file `store.ml` (a file is the module of
-//! its capitalized name); `open Store` brings in every name without naming one: it is not
-//! recorded. A receiver is typed by an annotation (`(c : counter)`, `let g : counter = ..`),
-//! `new counter`, the class's self name, and a module by its module type (a functor's
-//! `(M : SAVER)`, a first-class `(module M : SAVER)`). A module matches a module type by its
-//! shape, never by saying so: a call through one (`M.save`) may reach every `save`, and says
-//! so. A `let` that takes no parameters binds a value, no function: the calls in it are its
-//! enclosing function's. An interface file (`.mli`) is outlined by its declarations.
+//! its capitalized name), and `module T = Twice (Repo)` names the functor's structure; `open
+//! Store` brings in every name without naming one: it is not recorded. A receiver is typed by
+//! an annotation (`(c : counter)`, `let g : counter = ..`), `new counter`, the class's self
+//! name, and a module by its module type (a functor's `(M : SAVER)`, a first-class `(module M
+//! : SAVER)`). A module matches a module type by its shape, never by saying so: a call through
+//! one (`M.save`) may reach every `save`, and says so. A `let` that takes no parameters binds
+//! a value, no function: the calls in it are its enclosing function's. An interface file
+//! (`.mli`) is outlined by its declarations.
 
 use super::Lang;
 
@@ -72,6 +73,7 @@ const QUERY: &str = r#"
 (new_expression (class_path (class_name) @name)) @reference.new
 
 (module_definition (module_binding (module_name) @import.alias body: (module_path) @import.module)) @import
+(module_definition (module_binding (module_name) @import.alias body: (module_application functor: (module_path) @import.module))) @import
 
 (typed_pattern pattern: (value_pattern) @bind.name type: (type_constructor_path (type_constructor) @bind.type))
 (let_binding pattern: (value_name) @bind.name type: (type_constructor_path (type_constructor) @bind.type))
