@@ -1089,7 +1089,7 @@ fn julia_calls_resolve_by_dispatch_on_the_first_argument_s_declared_type() {
         ],
         outline_file: "src/Store.jl",
         outline: &[
-            "module Store [interface Saver, struct Repo, struct Cache, method save, method flush, method save, function helper, method describe, method describe]",
+            "module Store [interface Saver, struct Repo, struct Cache, method save, method flush, method save, function helper, method describe, method describe, method length]",
         ],
         broken_file: "src/Broken.jl",
         broken: &["function ok"],
@@ -1100,4 +1100,11 @@ fn julia_calls_resolve_by_dispatch_on_the_first_argument_s_declared_type() {
     assert_eq!(sites(&r), ["src/App.jl:15 checkout exact"], "`repo |> flush` dispatches on repo: {r}");
     let r = gm.call_ok("callers", json!({ "symbol": "describe" }));
     assert_eq!(sites(&r), ["src/App.jl:19 main ambiguous"], "a literal's type is not followed: {r}");
+    let r = gm.call_ok("callers", json!({ "symbol": "Repo.length" }));
+    assert_eq!(
+        sites(&r),
+        ["src/App.jl:19 main ambiguous"],
+        "Base's length gains a method for Repo; a call on an argument of unknown type may reach it or Base's, \
+         and Store.jl's `length(r.items)` on a Vector reaches Base's alone: {r}"
+    );
 }

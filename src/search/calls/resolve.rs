@@ -481,8 +481,14 @@ impl<'a> Resolver<'a> {
         }
         // A bare call: this file's function, the class's own method, the package's, the one
         // function of that name.
-        // Where methods are called as functions (dispatch), each of them is one.
+        // Where methods are called as functions (dispatch), each of them is one. When every
+        // one is for a type of its first argument (none takes any), a call on an argument of
+        // another type reaches none of them (`length(s)` on a string is the library's), and
+        // one on an argument of unknown type may reach any, or the library's.
         let free: Vec<At> = all.iter().copied().filter(|at| dispatches || self.owner(*at).is_empty()).collect();
+        if dispatches && free.iter().all(|at| !self.owner(*at).is_empty()) {
+            return if call.recv_type.is_empty() { guess(free) } else { Reach::Outside };
+        }
         let mut here: Vec<At> = free.iter().copied().filter(|(fid, _)| *fid == id).collect();
         if here.len() > 1 {
             // Functions of that name in two modules or namespaces of the file (Elixir's

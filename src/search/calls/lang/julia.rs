@@ -2,12 +2,15 @@
 //! subtypes, `struct Repo <: Saver`, implement), functions in both forms (`function f(x) ..
 //! end`, `f(x) = ..`), macros, and anonymous functions bound to a name (`inner = x -> ..`).
 //! Julia dispatches a call on its arguments' types: each method is its own definition, owned
-//! by its first argument's type (`save(r::Repo, item)` is `Repo.save`), and a call's first
-//! argument chooses among them when the file says its type (`r::Repo`, `r = Repo(..)`): a
-//! call on a `Saver` may reach every subtype's, one on a type that has no method of the name,
-//! or on an argument of unknown type, may reach any. `x |> f` dispatches on `x`. `using
-//! .Store: f as g`, `import .Store` with `Store.f(x)`; a module is found by the module a file
-//! declares or the file's name. `include("store.jl")` pastes a file in: not recorded.
+//! by its first argument's type (`save(r::Repo, item)` is `Repo.save`, `Base.length(r::Repo)`
+//! is `Repo.length`), and a call's first argument chooses among them when the file says its
+//! type (`r::Repo`, `r = Repo(..)`, a struct's typed field): a call on a `Saver` may reach
+//! every subtype's. A call on another type, or on an argument of unknown type, is a bare call
+//! among all the methods; when each of them is for a type (none takes any argument), a call
+//! on another type reaches none (the library's), and one of unknown type is ambiguous. `x |>
+//! f` dispatches on `x`. `using .Store: f as g`, `import .Store` with `Store.f(x)`; a module is
+//! found by the module a file declares or the file's name. `include("store.jl")` pastes a file
+//! in: not recorded.
 
 use super::Lang;
 
@@ -29,16 +32,17 @@ pub static JULIA: Lang = Lang {
 };
 
 // A function's name and first parameter, in `function f(..)`, `function f(..) where T`,
-// `f(..)::T = ..` and `f(..) = ..`, are found by the same few shapes, each in both forms.
+// `f(..)::T = ..` and `f(..) = ..`, are found by the same few shapes, each in both forms; a
+// method added to another module's function (`Base.show(io, r::Repo)`) is named `show`.
 const QUERY: &str = r#"
 (module_definition name: (identifier) @name) @definition.module
 (module_definition name: (identifier) @module)
 (abstract_definition (type_head [(identifier) @name (binary_expression . (identifier) @name (operator) (identifier) @base)])) @definition.interface
 (struct_definition (type_head [(identifier) @name (parametrized_type_expression . (identifier) @name) (binary_expression . [(identifier) @name (parametrized_type_expression . (identifier) @name)] (operator) (identifier) @base)])) @definition.struct
-(function_definition (signature [(call_expression . (identifier) @name) (where_expression (call_expression . (identifier) @name)) (typed_expression (call_expression . (identifier) @name))])) @definition.function
-(function_definition (signature [(call_expression . (identifier) @name (argument_list . (typed_expression . (identifier) . (identifier) @owner))) (where_expression (call_expression . (identifier) @name (argument_list . (typed_expression . (identifier) . (identifier) @owner))))])) @definition.function
-(assignment . [(call_expression . (identifier) @name) (where_expression (call_expression . (identifier) @name)) (typed_expression (call_expression . (identifier) @name))] (operator) @eq (#eq? @eq "=")) @definition.function
-(assignment . [(call_expression . (identifier) @name (argument_list . (typed_expression . (identifier) . (identifier) @owner))) (where_expression (call_expression . (identifier) @name (argument_list . (typed_expression . (identifier) . (identifier) @owner))))] (operator) @eq (#eq? @eq "=")) @definition.function
+(function_definition (signature [(call_expression . [(identifier) @name (field_expression (identifier) @name .)]) (where_expression (call_expression . [(identifier) @name (field_expression (identifier) @name .)])) (typed_expression (call_expression . [(identifier) @name (field_expression (identifier) @name .)]))])) @definition.function
+(function_definition (signature [(call_expression . [(identifier) @name (field_expression (identifier) @name .)] (argument_list . (typed_expression . (identifier) . (identifier) @owner))) (where_expression (call_expression . [(identifier) @name (field_expression (identifier) @name .)] (argument_list . (typed_expression . (identifier) . (identifier) @owner))))])) @definition.function
+(assignment . [(call_expression . [(identifier) @name (field_expression (identifier) @name .)]) (where_expression (call_expression . [(identifier) @name (field_expression (identifier) @name .)])) (typed_expression (call_expression . [(identifier) @name (field_expression (identifier) @name .)]))] (operator) @eq (#eq? @eq "=")) @definition.function
+(assignment . [(call_expression . [(identifier) @name (field_expression (identifier) @name .)] (argument_list . (typed_expression . (identifier) . (identifier) @owner))) (where_expression (call_expression . [(identifier) @name (field_expression (identifier) @name .)] (argument_list . (typed_expression . (identifier) . (identifier) @owner))))] (operator) @eq (#eq? @eq "=")) @definition.function
 (assignment . (identifier) @name (operator) @eq . (arrow_function_expression) (#eq? @eq "=")) @definition.function
 (macro_definition (signature (call_expression . (identifier) @name))) @definition.macro
 
@@ -53,7 +57,7 @@ const QUERY: &str = r#"
 (selected_import (import_path (identifier) @import.module) (identifier) @import.name) @import
 (selected_import (import_path (identifier) @import.module) (import_alias . (identifier) @import.name . (identifier) @import.alias)) @import
 
-(typed_expression . (identifier) @bind.name . (identifier) @bind.type)
-(struct_definition (typed_expression . (identifier) @bind.field . (identifier) @bind.type))
+(typed_expression . (identifier) @bind.name . [(identifier) @bind.type (parametrized_type_expression . (identifier) @bind.type)])
+(struct_definition (typed_expression . (identifier) @bind.field . [(identifier) @bind.type (parametrized_type_expression . (identifier) @bind.type)]))
 (assignment . (identifier) @bind.name . (operator) . (call_expression . (identifier) @bind.type) (#match? @bind.type "^[A-Z]"))
 "#;
