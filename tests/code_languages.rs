@@ -1100,6 +1100,8 @@ fn julia_calls_resolve_by_dispatch_on_the_first_argument_s_declared_type() {
     assert_eq!(sites(&r), ["src/App.jl:15 checkout exact"], "`repo |> flush` dispatches on repo: {r}");
     let r = gm.call_ok("callers", json!({ "symbol": "describe" }));
     assert_eq!(sites(&r), ["src/App.jl:19 main ambiguous"], "a literal's type is not followed: {r}");
+    let r = gm.call_ok("callers", json!({ "symbol": "checkout" }));
+    assert_eq!(sites(&r), ["src/App.jl:19 main exact"], "the module's own function, whatever its argument: {r}");
     let r = gm.call_ok("callers", json!({ "symbol": "Repo.length" }));
     assert_eq!(
         sites(&r),

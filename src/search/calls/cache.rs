@@ -185,7 +185,7 @@ pub const MAGIC: &[u8; 8] = b"gm-calls";
 /// Bump it when the layout changes, or `Entry`, `FileFacts` or anything they hold, or what
 /// `extract` records, or when the bitcode dependency moves to another 0.x (its encoding may
 /// change between those): a cache of another version is ignored.
-pub const FORMAT_VERSION: u32 = 6;
+pub const FORMAT_VERSION: u32 = 7;
 
 /// The header: `MAGIC`, the format version (u32), the languages' fingerprint (u32, see
 /// [`fingerprint`]), the file's length (u64), the entries' length (u64), the records' length

@@ -11,6 +11,7 @@
 //! | `@owner` | in a definition's match | the type a method belongs to when it is not nested in it (Go receivers, `void T::f()`) |
 //! | `@base` | in a type's match | a superclass, interface or implemented trait |
 //! | `@declaration` | in a definition's match | a declaration without a body (a prototype) |
+//! | `@extends` | in a definition's match | a method added to another module's function (Julia's `Base.length(r::Repo)`) |
 //! | `@clause` | in a definition's match | one clause of a function written as several, one after another (Haskell's `f 0 = ..` then `f n = ..`): the clauses that follow the first widen it |
 //! | `@reference.call` / `.new` / `.macro` / `.in_macro` + `@name` | the call, the called name | a call, a constructor call, a macro call, a call-like token run in a macro's arguments |
 //! | `@receiver` | in a call's match | the object of `obj.f()` |
@@ -39,6 +40,7 @@ pub enum Role {
     Owner,
     Base,
     Declaration,
+    Extends,
     Clause,
     Import,
     ImportModule,
@@ -68,6 +70,7 @@ pub fn role(capture: &str) -> Role {
         "owner" => Role::Owner,
         "base" => Role::Base,
         "declaration" => Role::Declaration,
+        "extends" => Role::Extends,
         "clause" => Role::Clause,
         "import" => Role::Import,
         "import.module" => Role::ImportModule,
@@ -111,6 +114,7 @@ struct RawDef<'t> {
     owner: Option<Node<'t>>,
     bases: Vec<Node<'t>>,
     decl: bool,
+    extends: bool,
     clause: bool,
     /// The last clause of a definition written as several; the definition itself otherwise.
     last: Node<'t>,
@@ -162,7 +166,7 @@ fn collect<'t>(compiled: &Compiled, root: Node<'t>, src: &[u8]) -> Raw<'t> {
         let mut call = None;
         let (mut name, mut receiver, mut owner, mut decl, mut import) = (None, None, None, false, false);
         let mut dispatch = None;
-        let mut clause = false;
+        let (mut clause, mut extends) = (false, false);
         let (mut qualifier, mut bases, mut modules) = (Vec::new(), Vec::new(), Vec::new());
         let (mut import_name, mut alias, mut bind_name, mut bind_field, mut bind_type) = (None, None, None, None, None);
         for c in m.captures {
@@ -177,6 +181,7 @@ fn collect<'t>(compiled: &Compiled, root: Node<'t>, src: &[u8]) -> Raw<'t> {
                 Role::Owner => owner = Some(n),
                 Role::Base => bases.push(n),
                 Role::Declaration => decl = true,
+                Role::Extends => extends = true,
                 Role::Clause => clause = true,
                 Role::Import => import = true,
                 Role::ImportModule => modules.push(n),
@@ -201,11 +206,23 @@ fn collect<'t>(compiled: &Compiled, root: Node<'t>, src: &[u8]) -> Raw<'t> {
                     d.owner = d.owner.or(owner);
                     d.bases.extend(bases);
                     d.clause |= clause;
+                    d.extends |= extends;
                 }
                 None => {
                     def_at.insert(name.start_byte(), raw.defs.len());
                     let pattern = m.pattern_index;
-                    raw.defs.push(RawDef { node, name, kind, pattern, owner, bases, decl, clause, last: node });
+                    raw.defs.push(RawDef {
+                        node,
+                        name,
+                        kind,
+                        pattern,
+                        owner,
+                        bases,
+                        decl,
+                        extends,
+                        clause,
+                        last: node,
+                    });
                 }
             }
         } else if let (Some((node, kind)), Some(name)) = (call, name) {
@@ -344,6 +361,7 @@ fn build(lang: &Lang, mut raw: Raw, src: &[u8], b: &mut Builder) -> Option<()> {
             parent,
             owner: b.intern(owner)?,
             decl: d.decl,
+            extends: d.extends,
         };
         b.facts.definitions.push(def);
         for base in &d.bases {

@@ -143,6 +143,10 @@ pub struct Def {
     /// A declaration without a body (a C prototype, a method declared in its class and defined
     /// outside it): resolution prefers the definition with the same name and owner.
     pub decl: bool,
+    /// A method added to a function defined elsewhere, another module's (Julia's
+    /// `Base.length(r::Repo)`): a call of the name may reach that function's own methods,
+    /// which the workspace does not hold.
+    pub extends: bool,
 }
 
 /// A call site in one file.

@@ -166,6 +166,10 @@ impl<'a> Resolver<'a> {
         Some(self.facts(id)?.1.def(i)?.kind)
     }
 
+    fn extends(&self, (id, i): At) -> bool {
+        self.facts(id).and_then(|(_, f)| f.def(i)).is_some_and(|d| d.extends)
+    }
+
     fn owner(&self, (id, i): At) -> &'a str {
         self.facts(id).and_then(|(_, f)| Some(f.str(f.def(i)?.owner))).unwrap_or("")
     }
@@ -424,12 +428,11 @@ impl<'a> Resolver<'a> {
         // (or its base's, or its derived types'); one of another type is resolved as a bare
         // call, among every method of the name.
         if dispatches && !call.recv_type.is_empty() && qualifier.is_empty() {
-            let ty = f.str(call.recv_type);
-            if self.is_type(ty) {
-                let owned = self.owned_by(&self.defs_named(callee), ty);
-                if !owned.is_empty() {
-                    return Reach::Defs { defs: constructors_as_types(self, owned, callee).into(), known: true };
-                }
+            // The type need not be the workspace's: a method for a library's type
+            // (`process(df::DataFrame)`) is that type's.
+            let owned = self.owned_by(&self.defs_named(callee), f.str(call.recv_type));
+            if !owned.is_empty() {
+                return Reach::Defs { defs: constructors_as_types(self, owned, callee).into(), known: true };
             }
         }
         let bare = qualifier.is_empty() && (call.recv_type.is_empty() || dispatches);
@@ -483,11 +486,17 @@ impl<'a> Resolver<'a> {
         // function of that name.
         // Where methods are called as functions (dispatch), each of them is one. When every
         // one is for a type of its first argument (none takes any), a call on an argument of
-        // another type reaches none of them (`length(s)` on a string is the library's), and
-        // one on an argument of unknown type may reach any, or the library's.
+        // another type reaches none of them; when one is added to another module's function,
+        // a call on an argument of unknown type may reach that function's own methods
+        // (`length(x)` may be Base's).
         let free: Vec<At> = all.iter().copied().filter(|at| dispatches || self.owner(*at).is_empty()).collect();
-        if dispatches && free.iter().all(|at| !self.owner(*at).is_empty()) {
-            return if call.recv_type.is_empty() { guess(free) } else { Reach::Outside };
+        if dispatches {
+            if !call.recv_type.is_empty() && free.iter().all(|at| !self.owner(*at).is_empty()) {
+                return Reach::Outside;
+            }
+            if call.recv_type.is_empty() && free.iter().any(|at| self.extends(*at)) {
+                return guess(free);
+            }
         }
         let mut here: Vec<At> = free.iter().copied().filter(|(fid, _)| *fid == id).collect();
         if here.len() > 1 {

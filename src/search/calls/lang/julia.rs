@@ -5,9 +5,11 @@
 //! by its first argument's type (`save(r::Repo, item)` is `Repo.save`, `Base.length(r::Repo)`
 //! is `Repo.length`), and a call's first argument chooses among them when the file says its
 //! type (`r::Repo`, `r = Repo(..)`, a struct's typed field): a call on a `Saver` may reach
-//! every subtype's. A call on another type, or on an argument of unknown type, is a bare call
-//! among all the methods; when each of them is for a type (none takes any argument), a call
-//! on another type reaches none (the library's), and one of unknown type is ambiguous. `x |>
+//! every subtype's. A call on an argument of unknown type is a bare call among all the
+//! methods, ambiguous too when one is added to another module's function (`length(x)` may be
+//! Base's); one on a type none of the methods is for, when each is for a type, reaches none
+//! (`checkout(1)` with only `checkout(s::Saver)`). `import Base: length` before `length(r::
+//! Repo) = ..` extends Base's too, which gm does not see: it reads as the module's own. `x |>
 //! f` dispatches on `x`. `using .Store: f as g`, `import .Store` with `Store.f(x)`; a module is
 //! found by the module a file declares or the file's name. `include("store.jl")` pastes a file
 //! in: not recorded.
@@ -39,10 +41,10 @@ const QUERY: &str = r#"
 (module_definition name: (identifier) @module)
 (abstract_definition (type_head [(identifier) @name (binary_expression . (identifier) @name (operator) (identifier) @base)])) @definition.interface
 (struct_definition (type_head [(identifier) @name (parametrized_type_expression . (identifier) @name) (binary_expression . [(identifier) @name (parametrized_type_expression . (identifier) @name)] (operator) (identifier) @base)])) @definition.struct
-(function_definition (signature [(call_expression . [(identifier) @name (field_expression (identifier) @name .)]) (where_expression (call_expression . [(identifier) @name (field_expression (identifier) @name .)])) (typed_expression (call_expression . [(identifier) @name (field_expression (identifier) @name .)]))])) @definition.function
-(function_definition (signature [(call_expression . [(identifier) @name (field_expression (identifier) @name .)] (argument_list . (typed_expression . (identifier) . (identifier) @owner))) (where_expression (call_expression . [(identifier) @name (field_expression (identifier) @name .)] (argument_list . (typed_expression . (identifier) . (identifier) @owner))))])) @definition.function
-(assignment . [(call_expression . [(identifier) @name (field_expression (identifier) @name .)]) (where_expression (call_expression . [(identifier) @name (field_expression (identifier) @name .)])) (typed_expression (call_expression . [(identifier) @name (field_expression (identifier) @name .)]))] (operator) @eq (#eq? @eq "=")) @definition.function
-(assignment . [(call_expression . [(identifier) @name (field_expression (identifier) @name .)] (argument_list . (typed_expression . (identifier) . (identifier) @owner))) (where_expression (call_expression . [(identifier) @name (field_expression (identifier) @name .)] (argument_list . (typed_expression . (identifier) . (identifier) @owner))))] (operator) @eq (#eq? @eq "=")) @definition.function
+(function_definition (signature [(call_expression . [(identifier) @name (field_expression (identifier) @name .) @extends]) (where_expression (call_expression . [(identifier) @name (field_expression (identifier) @name .) @extends])) (typed_expression (call_expression . [(identifier) @name (field_expression (identifier) @name .) @extends]))])) @definition.function
+(function_definition (signature [(call_expression . [(identifier) @name (field_expression (identifier) @name .) @extends] (argument_list . (typed_expression . (identifier) . (identifier) @owner))) (where_expression (call_expression . [(identifier) @name (field_expression (identifier) @name .) @extends] (argument_list . (typed_expression . (identifier) . (identifier) @owner))))])) @definition.function
+(assignment . [(call_expression . [(identifier) @name (field_expression (identifier) @name .) @extends]) (where_expression (call_expression . [(identifier) @name (field_expression (identifier) @name .) @extends])) (typed_expression (call_expression . [(identifier) @name (field_expression (identifier) @name .) @extends]))] (operator) @eq (#eq? @eq "=")) @definition.function
+(assignment . [(call_expression . [(identifier) @name (field_expression (identifier) @name .) @extends] (argument_list . (typed_expression . (identifier) . (identifier) @owner))) (where_expression (call_expression . [(identifier) @name (field_expression (identifier) @name .) @extends] (argument_list . (typed_expression . (identifier) . (identifier) @owner))))] (operator) @eq (#eq? @eq "=")) @definition.function
 (assignment . (identifier) @name (operator) @eq . (arrow_function_expression) (#eq? @eq "=")) @definition.function
 (macro_definition (signature (call_expression . (identifier) @name))) @definition.macro
 
