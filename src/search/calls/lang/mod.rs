@@ -230,6 +230,13 @@ mod tests {
         assert_eq!(by_interpreter("bash").map(|l| l.name), Ok("bash"));
         assert_eq!(by_interpreter("fish").map(|l| l.name), Err("shell"));
         assert_eq!(by_extension("app/Main.kt").map(|l| l.name), Some("kotlin"));
+        assert_eq!(by_extension("lib/main.dart").map(|l| l.name), Some("dart"));
+        assert_eq!(by_extension("lib/store.ml").map(|l| l.name), Some("ocaml"));
+        assert_eq!(by_extension("lib/store.mli").map(|l| l.name), Some("ocaml_interface"));
+        assert_eq!(by_extension("R/app.R").map(|l| l.name), Some("r"));
+        assert_eq!(by_extension("R/app.r").map(|l| l.name), Some("r"));
+        assert_eq!(by_extension("src/App.jl").map(|l| l.name), Some("julia"));
+        assert_eq!(by_interpreter("Rscript").map(|l| l.name), Ok("r"));
         assert_eq!(other_language("app/main.erl"), Some("erlang"));
         assert_eq!(other_language("README.md"), None);
         assert!(extensionless("bin/tool") && !extensionless("bin/tool.py"));
