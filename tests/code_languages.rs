@@ -1089,7 +1089,7 @@ fn julia_calls_resolve_by_dispatch_on_the_first_argument_s_declared_type() {
         ],
         outline_file: "src/Store.jl",
         outline: &[
-            "module Store [interface Saver, struct Repo, struct Cache, method save, method flush, method save, function helper, method describe, method describe, method length]",
+            "module Store [interface Saver, struct Repo, struct Cache, method save, method flush, method save, function helper, method describe, method describe, method length, function same]",
         ],
         broken_file: "src/Broken.jl",
         broken: &["function ok"],

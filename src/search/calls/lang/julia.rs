@@ -35,16 +35,18 @@ pub static JULIA: Lang = Lang {
 
 // A function's name and first parameter, in `function f(..)`, `function f(..) where T`,
 // `f(..)::T = ..` and `f(..) = ..`, are found by the same few shapes, each in both forms; a
-// method added to another module's function (`Base.show(io, r::Repo)`) is named `show`.
+// method added to another module's function (`Base.show(io, r::Repo)`) is named `show`. A
+// first parameter of a type variable (`f(x::T) where T`, named by a capital and digits, as
+// Julia code names them) is no type's: the method is a function.
 const QUERY: &str = r#"
 (module_definition name: (identifier) @name) @definition.module
 (module_definition name: (identifier) @module)
 (abstract_definition (type_head [(identifier) @name (binary_expression . (identifier) @name (operator) (identifier) @base)])) @definition.interface
 (struct_definition (type_head [(identifier) @name (parametrized_type_expression . (identifier) @name) (binary_expression . [(identifier) @name (parametrized_type_expression . (identifier) @name)] (operator) (identifier) @base)])) @definition.struct
 (function_definition (signature [(call_expression . [(identifier) @name (field_expression (identifier) @name .) @extends]) (where_expression (call_expression . [(identifier) @name (field_expression (identifier) @name .) @extends])) (typed_expression (call_expression . [(identifier) @name (field_expression (identifier) @name .) @extends]))])) @definition.function
-(function_definition (signature [(call_expression . [(identifier) @name (field_expression (identifier) @name .) @extends] (argument_list . (typed_expression . (identifier) . (identifier) @owner))) (where_expression (call_expression . [(identifier) @name (field_expression (identifier) @name .) @extends] (argument_list . (typed_expression . (identifier) . (identifier) @owner))))])) @definition.function
+(function_definition (signature [(call_expression . [(identifier) @name (field_expression (identifier) @name .) @extends] (argument_list . (typed_expression . (identifier) . [(identifier) @owner (parametrized_type_expression . (identifier) @owner)]))) (where_expression (call_expression . [(identifier) @name (field_expression (identifier) @name .) @extends] (argument_list . (typed_expression . (identifier) . [(identifier) @owner (parametrized_type_expression . (identifier) @owner)]))))]) (#not-match? @owner "^[A-Z][0-9]*$")) @definition.function
 (assignment . [(call_expression . [(identifier) @name (field_expression (identifier) @name .) @extends]) (where_expression (call_expression . [(identifier) @name (field_expression (identifier) @name .) @extends])) (typed_expression (call_expression . [(identifier) @name (field_expression (identifier) @name .) @extends]))] (operator) @eq (#eq? @eq "=")) @definition.function
-(assignment . [(call_expression . [(identifier) @name (field_expression (identifier) @name .) @extends] (argument_list . (typed_expression . (identifier) . (identifier) @owner))) (where_expression (call_expression . [(identifier) @name (field_expression (identifier) @name .) @extends] (argument_list . (typed_expression . (identifier) . (identifier) @owner))))] (operator) @eq (#eq? @eq "=")) @definition.function
+(assignment . [(call_expression . [(identifier) @name (field_expression (identifier) @name .) @extends] (argument_list . (typed_expression . (identifier) . [(identifier) @owner (parametrized_type_expression . (identifier) @owner)]))) (where_expression (call_expression . [(identifier) @name (field_expression (identifier) @name .) @extends] (argument_list . (typed_expression . (identifier) . [(identifier) @owner (parametrized_type_expression . (identifier) @owner)]))))] (operator) @eq (#eq? @eq "=") (#not-match? @owner "^[A-Z][0-9]*$")) @definition.function
 (assignment . (identifier) @name (operator) @eq . (arrow_function_expression) (#eq? @eq "=")) @definition.function
 (macro_definition (signature (call_expression . (identifier) @name))) @definition.macro
 
