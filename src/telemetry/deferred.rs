@@ -1,12 +1,13 @@
 //! Request spans finished off the request's thread. A request only notes what its SERVER span
 //! needs — ids chosen up front, so that its children, the host and the log can name it; its
 //! times; its outcome — and the `gm-otel-spans` thread builds the span and records the
-//! duration metric from that note. The SDK's span start, the attribute vectors, the batch
-//! processor's queue and the histogram's attribute lookup cost a `stat_file` round trip ~8 %
-//! when they ran in the request (`mcp-bench otel`); a note is a few strings and one send on a
-//! bounded queue. A full queue drops the note: it counts as an unsent span.
+//! duration metric from that note, in batches. The SDK's span start, the attribute vectors, the
+//! batch processor's queue and the histogram's attribute lookup cost a `stat_file` round trip
+//! ~8 % when they ran in the request (`mcp-bench otel`), and a thread woken per request cost
+//! more; a note is a few strings pushed under an uncontended lock, and only the first note of
+//! a batch wakes the thread. A full queue drops the note: it counts as an unsent span.
 
-use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, SystemTime};
 
 use opentelemetry::metrics::Histogram;
@@ -18,6 +19,9 @@ use super::spans::Transport;
 
 /// Notes waiting for the thread: a burst of this many requests ends before one is dropped.
 const QUEUE: usize = 8192;
+/// How long the thread gathers notes once the first arrives: a request never wakes it (a
+/// wake-up per request cost more than the span it carried); at most this often, a batch.
+const GATHER: Duration = Duration::from_millis(50);
 
 /// What a request's SERVER span and duration metric are made of.
 pub(super) struct Note {
@@ -41,73 +45,89 @@ pub(super) struct Note {
     pub content: Option<(String, String)>,
 }
 
-enum Job {
-    Request(Box<Note>),
-    /// Everything sent before it is built: say so.
-    Flush(mpsc::Sender<()>),
+#[derive(Default)]
+struct Waiting {
+    notes: Vec<Box<Note>>,
+    /// Callers of [`Deferred::flush`], told once everything before them is a span.
+    flushes: Vec<mpsc::Sender<()>>,
+}
+
+#[derive(Default)]
+struct Queue {
+    waiting: Mutex<Waiting>,
+    arrived: Condvar,
 }
 
 /// The sending side; the thread lives as long as the process.
 pub(super) struct Deferred {
-    tx: SyncSender<Job>,
+    queue: Arc<Queue>,
 }
 
 impl Deferred {
     pub fn start(tracer: Option<SdkTracer>, operation: Option<Histogram<f64>>) -> std::io::Result<Self> {
-        let (tx, rx) = mpsc::sync_channel(QUEUE);
-        std::thread::Builder::new().name("gm-otel-spans".into()).spawn(move || run(&rx, tracer, operation))?;
-        Ok(Deferred { tx })
+        let queue = Arc::new(Queue::default());
+        let theirs = queue.clone();
+        std::thread::Builder::new().name("gm-otel-spans".into()).spawn(move || run(&theirs, tracer, operation))?;
+        Ok(Deferred { queue })
     }
 
     /// Hands `note` over; `false` when the queue is full and it was dropped.
     pub fn send(&self, note: Box<Note>) -> bool {
-        match self.tx.try_send(Job::Request(note)) {
-            Ok(()) => true,
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => false,
+        let Ok(mut waiting) = self.queue.waiting.lock() else { return false };
+        if waiting.notes.len() >= QUEUE {
+            return false;
         }
+        waiting.notes.push(note);
+        let first = waiting.notes.len() == 1;
+        drop(waiting);
+        if first {
+            self.queue.arrived.notify_one();
+        }
+        true
     }
 
     /// Waits, at most `within`, until every note sent so far is a span.
     pub fn flush(&self, within: Duration) {
         let (done, wait) = mpsc::channel();
-        if send_within(&self.tx, Job::Flush(done), within) {
-            let _ = wait.recv_timeout(within);
+        match self.queue.waiting.lock() {
+            Ok(mut waiting) => waiting.flushes.push(done),
+            Err(_) => return,
         }
+        self.queue.arrived.notify_one();
+        let _ = wait.recv_timeout(within);
     }
 }
 
-/// `SyncSender` has no send with a timeout: a full queue is tried again until `within`.
-fn send_within(tx: &SyncSender<Job>, mut job: Job, within: Duration) -> bool {
-    let until = std::time::Instant::now() + within;
+fn run(queue: &Queue, tracer: Option<SdkTracer>, operation: Option<Histogram<f64>>) {
     loop {
-        match tx.try_send(job) {
-            Ok(()) => return true,
-            Err(TrySendError::Disconnected(_)) => return false,
-            Err(TrySendError::Full(back)) => {
-                if std::time::Instant::now() >= until {
-                    return false;
-                }
-                job = back;
-                std::thread::sleep(Duration::from_millis(1));
+        let Ok(mut waiting) = queue.waiting.lock() else { return };
+        while waiting.notes.is_empty() && waiting.flushes.is_empty() {
+            waiting = match queue.arrived.wait(waiting) {
+                Ok(w) => w,
+                Err(_) => return,
+            };
+        }
+        if waiting.flushes.is_empty() {
+            // Let the batch fill; a flush asked meanwhile is answered with it.
+            drop(waiting);
+            std::thread::sleep(GATHER);
+            waiting = match queue.waiting.lock() {
+                Ok(w) => w,
+                Err(_) => return,
+            };
+        }
+        let batch = std::mem::take(&mut *waiting);
+        drop(waiting);
+        for note in &batch.notes {
+            if let Some(tracer) = &tracer {
+                span(tracer, note);
+            }
+            if let Some(histogram) = &operation {
+                histogram.record(note.seconds, &labels(note));
             }
         }
-    }
-}
-
-fn run(rx: &Receiver<Job>, tracer: Option<SdkTracer>, operation: Option<Histogram<f64>>) {
-    for job in rx {
-        match job {
-            Job::Request(note) => {
-                if let Some(tracer) = &tracer {
-                    span(tracer, &note);
-                }
-                if let Some(histogram) = &operation {
-                    histogram.record(note.seconds, &labels(&note));
-                }
-            }
-            Job::Flush(done) => {
-                let _ = done.send(());
-            }
+        for done in batch.flushes {
+            let _ = done.send(());
         }
     }
 }
