@@ -89,6 +89,49 @@ impl FileState {
     }
 }
 
+/// A build answering a search commits what it indexed since its last such commit only when
+/// that is at least this much: a search every few hundred milliseconds would otherwise cut
+/// the build into tiny segments (the commit waits for every indexing thread), and scanning
+/// a few megabytes costs less than that.
+const MIDWAY_COMMIT_BYTES: u64 = 8 << 20;
+#[cfg(test)]
+thread_local! {
+    /// [`MIDWAY_COMMIT_BYTES`] for the tests on this thread: small trees commit too.
+    static MIDWAY_COMMIT_TEST: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+}
+
+fn midway_commit_bytes() -> u64 {
+    #[cfg(test)]
+    if let Some(bytes) = MIDWAY_COMMIT_TEST.with(std::cell::Cell::get) {
+        return bytes;
+    }
+    MIDWAY_COMMIT_BYTES
+}
+
+/// A search asked of a build in progress ([`LineIndex::apply_answering`]).
+pub struct Ask {
+    pub query: String,
+    pub limit: usize,
+    pub prefix: Option<String>,
+    /// Files the watcher saw change since the build began: read as they are now.
+    pub changed: BTreeSet<String>,
+    pub reply: std::sync::mpsc::Sender<Result<Vec<SearchHit>, String>>,
+}
+
+/// Where a build's searches come from, and whether it takes them yet.
+pub struct Asks {
+    pub from: std::sync::mpsc::Receiver<Ask>,
+    /// Set while the build is between files, where it answers; the asker scans itself
+    /// before (while the tree is stat'ed) and after.
+    pub open: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Asks {
+    fn next(&self) -> Option<Ask> {
+        self.from.try_recv().ok()
+    }
+}
+
 /// The commit payload: the next file id, saved with every commit so that ids are never reused
 /// even when the manifest lags (a reused id would give one file's lines another's path).
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -326,6 +369,14 @@ impl LineIndex {
 
     /// Reindexes what `scan` found changed and drops what it found gone.
     pub fn apply(&mut self, scan: Scan) -> Result<RefreshStats, IndexError> {
+        self.apply_answering(scan, None)
+    }
+
+    /// [`Self::apply`], answering the searches `asks` brings meanwhile (the first build of a
+    /// big tree, on its own thread): each from what is indexed so far, committed for it,
+    /// plus a scan of only the files not indexed yet. So a search during the build costs
+    /// less the further the build is, and takes one core, not the build's.
+    pub fn apply_answering(&mut self, scan: Scan, asks: Option<&Asks>) -> Result<RefreshStats, IndexError> {
         let started = Instant::now();
         let mut stats = RefreshStats { files: scan.files.len() as u64, ..Default::default() };
         let changed: Vec<&Seen> = scan
@@ -337,7 +388,7 @@ impl LineIndex {
         if bytes > BULK_BYTES || changed.len() > BULK_FILES {
             self.use_writer(true)?;
         }
-        let result = self.apply_changes(&scan, &changed, &mut stats);
+        let result = self.apply_changes(&scan, &changed, &mut stats, asks);
         if result.is_err() {
             self.roll_back();
         }
@@ -363,8 +414,20 @@ impl LineIndex {
         self.paths = self.manifest.files.iter().map(|(rel, s)| (s.id, rel.clone())).collect();
     }
 
-    fn apply_changes(&mut self, scan: &Scan, changed: &[&Seen], stats: &mut RefreshStats) -> Result<(), IndexError> {
-        for seen in changed {
+    fn apply_changes(
+        &mut self,
+        scan: &Scan,
+        changed: &[&Seen],
+        stats: &mut RefreshStats,
+        asks: Option<&Asks>,
+    ) -> Result<(), IndexError> {
+        // Where the last commit made for a search left the build: the files from there on
+        // are read by the searches, not looked up.
+        let mut committed = (0, 0u64);
+        for (i, seen) in changed.iter().enumerate() {
+            if let Some(ask) = asks.and_then(Asks::next) {
+                self.answer_midway(ask, changed, i, &mut committed, stats.bytes_indexed)?;
+            }
             self.reindex(&seen.rel, &seen.path, stats)?;
         }
         let present: std::collections::HashSet<&str> = scan.files.iter().map(|s| s.rel.as_str()).collect();
@@ -482,6 +545,32 @@ impl LineIndex {
             }
         }
         Some(changed)
+    }
+
+    /// Answers `ask` while [`Self::apply_changes`] is at `changed[at]`: commits what was
+    /// indexed since the last such commit when it is worth a commit ([`MIDWAY_COMMIT_BYTES`]),
+    /// then searches the committed files and scans the rest, on one core.
+    fn answer_midway(
+        &mut self,
+        ask: Ask,
+        changed: &[&Seen],
+        at: usize,
+        committed: &mut (usize, u64),
+        bytes_indexed: u64,
+    ) -> Result<(), IndexError> {
+        if at > committed.0 && bytes_indexed - committed.1 >= midway_commit_bytes() {
+            self.commit()?;
+            // The saved manifest names every file the commit holds: a worker killed now
+            // starts its next build from here, with no lines of unknown files.
+            self.save_manifest()?;
+            *committed = (at, bytes_indexed);
+        }
+        let mut pending: BTreeSet<String> = changed[committed.0..].iter().map(|s| s.rel.clone()).collect();
+        pending.extend(ask.changed);
+        let hits = self.search_pending_on(&ask.query, ask.limit, ask.prefix.as_deref(), &pending, 1);
+        // The asker may have given up; the build goes on.
+        let _ = ask.reply.send(hits.map_err(|e| e.to_string()));
+        Ok(())
     }
 
     /// The statistics this index scores `query` with (see [`IndexStats`]).
@@ -644,6 +733,18 @@ impl LineIndex {
         prefix: Option<&str>,
         pending: &BTreeSet<String>,
     ) -> Result<Vec<SearchHit>, IndexError> {
+        self.search_pending_on(text, limit, prefix, pending, provisional::all_cores())
+    }
+
+    /// [`Self::search_with_pending`], scanning the pending files on `threads` threads.
+    fn search_pending_on(
+        &self,
+        text: &str,
+        limit: usize,
+        prefix: Option<&str>,
+        pending: &BTreeSet<String>,
+        threads: usize,
+    ) -> Result<Vec<SearchHit>, IndexError> {
         let Some(query) = terms_query(&[self.fields.text], text, IndexRecordOption::WithFreqs) else {
             return Ok(Vec::new());
         };
@@ -698,7 +799,7 @@ impl LineIndex {
             })
             .collect();
         let stats = self.stats_for(&searcher, text)?;
-        hits.extend(provisional::search_like_index(&files, text, limit, prefix, &stats));
+        hits.extend(provisional::search_like_index(&files, text, limit, prefix, &stats, threads));
         hits.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| (&a.path, a.line).cmp(&(&b.path, b.line))));
         hits.truncate(limit);
         Ok(hits)
@@ -711,4 +812,73 @@ fn lines_around(text: &str, n: u64) -> [Option<String>; 3] {
     let mut it = text.lines().skip(first).map(str::to_owned);
     let before = if n >= 2 { it.next() } else { None };
     [before, it.next(), it.next()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    fn ask(query: &str) -> (Ask, mpsc::Receiver<Result<Vec<SearchHit>, String>>) {
+        let (reply, answer) = mpsc::channel();
+        (Ask { query: query.into(), limit: 100, prefix: None, changed: BTreeSet::new(), reply }, answer)
+    }
+
+    fn places(hits: &[SearchHit]) -> BTreeSet<(String, u64)> {
+        hits.iter().map(|h| (h.path.clone(), h.line)).collect()
+    }
+
+    #[test]
+    fn a_search_during_the_build_is_answered_from_the_committed_files_and_a_scan_of_the_rest() {
+        let ws = tempfile::tempdir().expect("tempdir");
+        for i in 0..6 {
+            let text = format!("fn f{i}() {{\n    let wombat = {i};\n}}\n// nothing here\n");
+            std::fs::write(ws.path().join(format!("f{i}.rs")), text).expect("write");
+        }
+        let dir = ws.path().join(".gm/index");
+        let mut index = LineIndex::open(ws.path(), &dir).expect("open");
+        // Every search commits what came before it: the later ones read the index for the
+        // first files and scan the others.
+        MIDWAY_COMMIT_TEST.with(|c| c.set(Some(0)));
+        let (from_tx, from) = mpsc::channel();
+        let answers: Vec<_> = (0..4)
+            .map(|_| {
+                let (a, answer) = ask("wombat");
+                from_tx.send(a).expect("queued");
+                answer
+            })
+            .collect();
+        let asks = Asks { from, open: Arc::new(std::sync::atomic::AtomicBool::new(true)) };
+        index.apply_answering(scan(ws.path()).expect("scan"), Some(&asks)).expect("built");
+        let built = index.search("wombat", 100, None).expect("search");
+        assert_eq!(built.len(), 6);
+        for (i, answer) in answers.into_iter().enumerate() {
+            let hits = answer.recv().expect("answered").expect("no error");
+            assert_eq!(places(&hits), places(&built), "search {i} during the build");
+        }
+        // Each midway commit saved a manifest that names what it committed.
+        assert!(read_manifest(&dir).is_some_and(|m| m.files.len() == 6));
+    }
+
+    #[test]
+    fn a_search_during_the_build_reads_a_file_changed_since_it_was_indexed() {
+        let ws = tempfile::tempdir().expect("tempdir");
+        std::fs::write(ws.path().join("a.rs"), "let other = 1;\n").expect("write");
+        let dir = ws.path().join(".gm/index");
+        let mut index = LineIndex::open(ws.path(), &dir).expect("open");
+        index.refresh().expect("first build");
+        // A new file for the next build, and, after its scan, an edit of an indexed file,
+        // which the watcher's word brings with the question.
+        std::fs::write(ws.path().join("b.rs"), "let quokka = 2;\n").expect("write");
+        let scanned = scan(ws.path()).expect("scan");
+        std::fs::write(ws.path().join("a.rs"), "let quokka = 1;\n").expect("write");
+        let (from_tx, from) = mpsc::channel();
+        let (mut a, answer) = ask("quokka");
+        a.changed.insert("a.rs".into());
+        from_tx.send(a).expect("queued");
+        let asks = Asks { from, open: Arc::new(std::sync::atomic::AtomicBool::new(true)) };
+        index.apply_answering(scanned, Some(&asks)).expect("built");
+        let hits = answer.recv().expect("answered").expect("no error");
+        assert_eq!(places(&hits), BTreeSet::from([("a.rs".to_owned(), 1), ("b.rs".to_owned(), 1)]));
+    }
 }

@@ -5,21 +5,26 @@
 //! A big tree with no index yet is not made to wait for the build (17 s for the Linux kernel):
 //! the first searches are answered from a scan of the files ([`super::provisional`], marked
 //! `provisional`) while the index builds on a thread of its own, which hands it back when done.
-//! The first scan takes every core (the build has not started); later ones take half of them,
-//! so that the build is not starved, and a query asked again while the watcher reports no
-//! change is answered from its earlier scan (`reused`), so that a client polling until the
-//! index is ready does not make it scan the tree again and again. What the watcher reports
+//! The first scan takes every core (the build has not started). Later ones are answered by the
+//! build itself, between two files: from what it has indexed so far plus a scan of only the
+//! files it has not reached, on one core, so that each search costs less than the one before
+//! and the build is not starved (before the build has stat'ed the tree, half the cores scan
+//! everything). A query asked again while the watcher reports no change is answered from its
+//! earlier answer (`reused`), so that a client polling until the index is ready does not make
+//! it search again and again. What the watcher reports
 //! during the build is held and brought into the index by the first search after it.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
 
 use actix::prelude::*;
 use gm_actors::log_writer::{Event, LogWriter};
 use serde::Serialize;
 use serde_json::json;
 
-use super::index::{scan, IndexError, LineIndex, RefreshStats, Scan, SearchHit, MAX_FILE_BYTES};
+use super::index::{scan, Ask, Asks, IndexError, LineIndex, RefreshStats, Scan, SearchHit, MAX_FILE_BYTES};
 use super::provisional::{self, ProvisionalFile};
 use super::tracked::tracked_with_git_sizes;
 use crate::watch::{Changes, Dirty, Readiness, Subscription};
@@ -53,6 +58,31 @@ struct Building {
     files: Vec<ProvisionalFile>,
     /// Answers already given, by query, limit and prefix: good while nothing changes.
     answers: HashMap<(String, usize, Option<String>), Vec<SearchHit>>,
+    /// The build's door for searches: while it is open, the build answers from what it has
+    /// indexed plus a scan of the rest ([`LineIndex::apply_answering`]).
+    asks: mpsc::Sender<Ask>,
+    open: Arc<AtomicBool>,
+}
+
+impl Building {
+    /// `msg` answered by the build, or `None` when it does not take searches now (still
+    /// stat'ing the tree, or done) or failed to answer: the caller scans.
+    fn ask(&self, msg: &Search, changed: &BTreeSet<String>) -> Option<Vec<SearchHit>> {
+        if !self.open.load(Ordering::Acquire) {
+            return None;
+        }
+        let (reply, answer) = mpsc::channel();
+        let ask = Ask {
+            query: msg.query.clone(),
+            limit: msg.limit,
+            prefix: msg.path_prefix.clone(),
+            changed: changed.clone(),
+            reply,
+        };
+        self.asks.send(ask).ok()?;
+        // Disconnected when the build ended before it saw the question.
+        answer.recv().ok()?.ok()
+    }
 }
 
 /// At most this many changed files are read at search time rather than reindexed first.
@@ -117,8 +147,12 @@ impl SearchIndex {
         if let Some(hits) = building.answers.get(&key).filter(|_| trusted) {
             return Some(reply(hits.clone(), true));
         }
-        let threads = (provisional::all_cores() / 2).max(1);
-        let hits = provisional::search_on(&building.files, &msg.query, msg.limit, msg.path_prefix.as_deref(), threads);
+        // Files changed during the build may be indexed as they were: they are read now.
+        let changed = if self.held.all { BTreeSet::new() } else { self.held.paths.clone() };
+        let hits = building.ask(msg, &changed).unwrap_or_else(|| {
+            let threads = (provisional::all_cores() / 2).max(1);
+            provisional::search_on(&building.files, &msg.query, msg.limit, msg.path_prefix.as_deref(), threads)
+        });
         if trusted {
             building.answers.insert(key, hits.clone());
         }
@@ -209,7 +243,10 @@ impl SearchIndex {
         let Some(index) = self.index.take() else { return Err(scan) };
         let addr = ctx.address();
         let workspace = self.workspace.clone();
-        let (tx, rx) = std::sync::mpsc::channel::<LineIndex>();
+        let (tx, rx) = mpsc::channel::<LineIndex>();
+        let (asks, from) = mpsc::channel::<Ask>();
+        let open = Arc::new(AtomicBool::new(false));
+        let door = Asks { from, open: open.clone() };
         let spawned = std::thread::Builder::new().name("gm-index-build".into()).spawn(move || {
             let Ok(mut index) = rx.recv() else { return };
             let scanned = match scan {
@@ -219,14 +256,27 @@ impl SearchIndex {
                     self::scan(&workspace).map_err(|e| e.to_string())
                 }
             };
-            let result = scanned.and_then(|scan| index.apply(scan).map_err(|e| e.to_string()));
+            let result = scanned.and_then(|scan| {
+                door.open.store(true, Ordering::Release);
+                let result = index.apply_answering(scan, Some(&door)).map_err(|e| e.to_string());
+                door.open.store(false, Ordering::Release);
+                result
+            });
+            // Searches that came in as the door closed: answered from the whole index (or,
+            // when the build failed, left to the asker's own scan).
+            while let Ok(ask) = door.from.try_recv() {
+                if result.is_ok() {
+                    let hits = index.search_with_pending(&ask.query, ask.limit, ask.prefix.as_deref(), &ask.changed);
+                    let _ = ask.reply.send(hits.map_err(|e| e.to_string()));
+                }
+            }
             addr.do_send(Built { index, result });
         });
         match spawned {
             Ok(_) => {
                 // The thread owns the scan now; the index follows it.
                 let _ = tx.send(index);
-                self.building = Some(Building { files, answers: HashMap::new() });
+                self.building = Some(Building { files, answers: HashMap::new(), asks, open });
                 self.log(json!({ "state": "building" }));
                 Ok(())
             }

@@ -118,6 +118,7 @@ pub fn search_like_index(
     limit: usize,
     prefix: Option<&str>,
     stats: &IndexStats,
+    threads: usize,
 ) -> Vec<SearchHit> {
     let Some(parsed) = Query::new(query) else { return Vec::new() };
     if limit == 0 || stats.df.len() != parsed.terms.len() {
@@ -128,7 +129,7 @@ pub fn search_like_index(
     if files.is_empty() {
         return Vec::new();
     }
-    let partials = scan(&files, &parsed, Candidates::Prefiltered, all_cores());
+    let partials = scan(&files, &parsed, Candidates::Prefiltered, threads.max(1));
     let top = rank(&files, &parsed, &partials, limit, Some(stats));
     hits(&files, top)
 }

@@ -115,7 +115,7 @@ async fn call_tool(
     work: Work,
     cancel: CancelToken,
     scope: Scope,
-    span: Option<telemetry::RequestSpan>,
+    mut span: Option<telemetry::RequestSpan>,
 ) -> Option<String> {
     let mcp::ToolCall { id, name, args, meta, modern } = call;
     let budget = match &work {
@@ -191,7 +191,7 @@ async fn call_tool(
             Reply { id, value, is_error: true, run: scope.run.clone(), extra: None, modern }
         }
     };
-    if let Some(span) = &span {
+    if let Some(span) = &mut span {
         span.content(logged_args.get(), reply.value.get());
     }
     let outcome =

@@ -5,10 +5,12 @@
 //! - `config`: whether export is on, from the `OTEL_*` variables and `~/.gmnew/config.json`.
 //! - `export`: the tracer and meter providers (opentelemetry-otlp, off the arbiters).
 //! - `spans`: the MCP semantic conventions' spans.
+//! - `deferred`: request spans built off the request's thread.
 //! - `metrics`: the instruments.
 //! - `replay`: `gm otel-export`, a recorded log sent as the same spans.
 
 pub mod config;
+mod deferred;
 mod export;
 mod metrics;
 pub mod replay;
@@ -37,6 +39,8 @@ pub enum TelemetryError {
     Config(#[from] ConfigError),
     #[error(transparent)]
     Export(#[from] ExportError),
+    #[error("OpenTelemetry: no thread for the spans: {0}")]
+    Thread(std::io::Error),
 }
 
 /// The worker's export, once started.
@@ -45,6 +49,8 @@ pub struct Telemetry {
     meter_provider: Option<SdkMeterProvider>,
     tracer: Option<SdkTracer>,
     instruments: Option<metrics::Instruments>,
+    /// Where requests' spans and durations are built (`None` when neither is exported).
+    deferred: Option<deferred::Deferred>,
     /// Arguments and results go on spans (`GM_OTEL_CONTENT=1`).
     content: bool,
     /// What export was set to, for the worker's log.
@@ -89,6 +95,12 @@ pub fn start(
         use opentelemetry::metrics::MeterProvider as _;
         metrics::Instruments::new(&p.meter_with_scope(scope()))
     });
+    let deferred = if tracer.is_some() || instruments.is_some() {
+        let operation = instruments.as_ref().map(|m| m.operation.clone());
+        Some(deferred::Deferred::start(tracer.clone(), operation).map_err(TelemetryError::Thread)?)
+    } else {
+        None
+    };
     let signal = |s: &Option<config::Signal>| match s {
         Some(s) => serde_json::json!({ "protocol": s.protocol.as_str(), "endpoint": s.endpoint }),
         None => serde_json::Value::Null,
@@ -99,6 +111,7 @@ pub fn start(
         meter_provider: providers.meter,
         tracer,
         instruments,
+        deferred,
         content: config.content,
         ended: AtomicU64::new(0),
         counts: providers.counts,
@@ -247,6 +260,10 @@ fn flush(t: &'static Telemetry) {
     // On a thread of its own: the SDK's shutdown waits for its export threads, which wait for
     // the collector; this thread is left behind if that takes too long.
     let spawned = std::thread::Builder::new().name("gm-otel-shutdown".into()).spawn(move || {
+        // The requests' spans still being built go out with the rest.
+        if let Some(d) = &t.deferred {
+            d.flush(FLUSH_LIMIT / 2);
+        }
         if let Some(p) = &t.tracer_provider {
             let _ = p.shutdown_with_timeout(FLUSH_LIMIT);
         }

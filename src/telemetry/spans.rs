@@ -2,12 +2,15 @@
 //! `execute_tool <verb>` span per `gm.*` call of a run_code body. Protocol values come in as
 //! plain strings and JSON; nothing here knows gm's server.
 
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use opentelemetry::propagation::{Extractor, TextMapPropagator};
-use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer};
+use opentelemetry::trace::{SpanContext, SpanKind, Status, TraceContextExt, TraceFlags, TraceState, Tracer};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator};
+
+use super::deferred::Note;
 use serde_json::{Map, Value};
 
 use super::Telemetry;
@@ -96,63 +99,56 @@ pub struct RequestSpan {
     telemetry: &'static Telemetry,
     /// The `mcp.protocol.version` it carries, if known when it opened.
     protocol: Option<String>,
+    /// The span as a parent, by its ids: the span itself is built when it ends, off this
+    /// thread ([`super::deferred`]).
     cx: Context,
     started: Instant,
-    /// The metric's attributes: method and tool.
-    labels: Vec<KeyValue>,
-    ended: bool,
+    /// What the span is made of; taken when it ends.
+    note: Option<Box<Note>>,
 }
 
 impl Telemetry {
     /// Opens the SERVER span of a request (a child of the host's trace when `_meta` has one).
     pub fn request(&'static self, r: &Request<'_>) -> RequestSpan {
-        let name = match r.target {
-            Some(target) => format!("{} {target}", r.method),
-            None => r.method.to_owned(),
-        };
-        let id = match r.id {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        };
-        let mut attributes = vec![
-            KeyValue::new("mcp.method.name", r.method.to_owned()),
-            KeyValue::new("mcp.session.id", r.session.to_owned()),
-            KeyValue::new("jsonrpc.request.id", id),
-            KeyValue::new("network.transport", r.transport.as_str()),
-        ];
-        if let Some(version) = r.protocol {
-            attributes.push(KeyValue::new("mcp.protocol.version", version.to_owned()));
-        }
-        let mut labels = vec![
-            KeyValue::new("mcp.method.name", r.method.to_owned()),
-            KeyValue::new("network.transport", r.transport.as_str()),
-        ];
-        match (r.method, r.target) {
-            ("tools/call", Some(tool)) => {
-                attributes.push(KeyValue::new("gen_ai.tool.name", tool.to_owned()));
-                attributes.push(KeyValue::new("gen_ai.operation.name", "execute_tool"));
-                labels.push(KeyValue::new("gen_ai.tool.name", tool.to_owned()));
+        let host = host_context(r.meta);
+        let host = host.span().span_context().clone();
+        let parent = host.is_valid().then_some(host);
+        let ids = RandomIdGenerator::default();
+        let trace_id = parent.as_ref().map_or_else(|| ids.new_trace_id(), SpanContext::trace_id);
+        let span_id = ids.new_span_id();
+        let cx = match (&self.tracer, &parent) {
+            (None, _) => Context::new(),
+            (Some(_), host) => {
+                let (flags, state) = host.as_ref().map_or((TraceFlags::SAMPLED, TraceState::default()), |h| {
+                    (h.trace_flags(), h.trace_state().clone())
+                });
+                Context::new().with_remote_span_context(SpanContext::new(trace_id, span_id, flags, false, state))
             }
-            ("resources/read", Some(uri)) => attributes.push(KeyValue::new("mcp.resource.uri", uri.to_owned())),
-            ("prompts/get", Some(prompt)) => attributes.push(KeyValue::new("gen_ai.prompt.name", prompt.to_owned())),
-            _ => {}
-        }
-        let cx = match &self.tracer {
-            Some(tracer) => {
-                let span = tracer
-                    .span_builder(name)
-                    .with_kind(SpanKind::Server)
-                    .with_attributes(attributes)
-                    .start_with_context(tracer, &host_context(r.meta));
-                Context::new().with_span(span)
-            }
-            None => Context::new(),
         };
         if let Some(m) = &self.instruments {
             m.in_flight.add(1, &[]);
         }
+        let note = Note {
+            method: r.method.to_owned(),
+            target: r.target.map(str::to_owned),
+            session: r.session.to_owned(),
+            id: match r.id {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            },
+            transport: r.transport,
+            protocol: r.protocol.map(str::to_owned),
+            trace_id,
+            span_id,
+            parent,
+            start: SystemTime::now(),
+            end: SystemTime::UNIX_EPOCH,
+            seconds: 0.0,
+            error: None,
+            content: None,
+        };
         let protocol = r.protocol.map(str::to_owned);
-        RequestSpan { telemetry: self, protocol, cx, started: Instant::now(), labels, ended: false }
+        RequestSpan { telemetry: self, protocol, cx, started: Instant::now(), note: Some(Box::new(note)) }
     }
 
     /// Opens the INTERNAL span of one `gm.*` call of a body, under `parent` (its run_code's span).
@@ -212,19 +208,21 @@ impl RequestSpan {
 
     /// Sets `mcp.protocol.version` once it is known (initialize negotiates it).
     pub fn set_protocol(&mut self, version: &str) {
-        self.cx.span().set_attribute(KeyValue::new("mcp.protocol.version", version.to_owned()));
+        if let Some(note) = self.note.as_mut() {
+            note.protocol = Some(version.to_owned());
+        }
         self.protocol = Some(version.to_owned());
     }
 
     /// With `GM_OTEL_CONTENT=1`, the call's arguments and result (already masked as for the
     /// log) go on the span; otherwise nothing.
-    pub fn content(&self, arguments: &str, result: &str) {
+    pub fn content(&mut self, arguments: &str, result: &str) {
         if !self.telemetry.content {
             return;
         }
-        let span = self.cx.span();
-        span.set_attribute(KeyValue::new("gen_ai.tool.call.arguments", cut(arguments)));
-        span.set_attribute(KeyValue::new("gen_ai.tool.call.result", cut(result)));
+        if let Some(note) = self.note.as_mut() {
+            note.content = Some((cut(arguments), cut(result)));
+        }
     }
 
     pub fn end(mut self, outcome: Outcome<'_>) {
@@ -232,30 +230,26 @@ impl RequestSpan {
     }
 
     fn finish(&mut self, outcome: Outcome<'_>) {
-        if std::mem::replace(&mut self.ended, true) {
-            return;
+        let Some(mut note) = self.note.take() else { return };
+        let t = self.telemetry;
+        if let Some(m) = &t.instruments {
+            m.in_flight.add(-1, &[]);
         }
-        let error = outcome.error_type();
-        let span = self.cx.span();
-        if let Some(error) = &error {
-            span.set_attribute(KeyValue::new("error.type", error.clone()));
+        note.end = SystemTime::now();
+        note.seconds = self.started.elapsed().as_secs_f64();
+        note.error = outcome.error_type().map(|error| {
             let description = match outcome {
                 Outcome::ToolError(Some(code)) => code.to_owned(),
                 _ => error.clone(),
             };
-            span.set_status(Status::error(description));
+            (error, description)
+        });
+        if t.tracer.is_some() {
+            t.span_ended();
         }
-        span.end();
-        if self.telemetry.tracer.is_some() {
-            self.telemetry.span_ended();
-        }
-        if let Some(m) = &self.telemetry.instruments {
-            m.in_flight.add(-1, &[]);
-            let mut labels = std::mem::take(&mut self.labels);
-            if let Some(error) = error {
-                labels.push(KeyValue::new("error.type", error));
-            }
-            m.operation.record(self.started.elapsed().as_secs_f64(), &labels);
+        if let Some(deferred) = &t.deferred {
+            // Dropped when the queue is full: counted among the unsent spans.
+            let _ = deferred.send(note);
         }
     }
 }

@@ -741,11 +741,21 @@ fn otel(args: &[String]) {
             held.push(conn);
         }
     });
+    // A collector that answers every export with 200 and an empty (valid) response.
+    let accepting = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let accepting_addr = accepting.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for conn in accepting.incoming().flatten() {
+            std::thread::spawn(move || answer_ok(conn));
+        }
+    });
     let refused_url = format!("http://{refused}");
     let stuck_url = format!("http://{stuck_addr}");
+    let accepting_url = format!("http://{accepting_addr}");
     let idle = std::path::PathBuf::from("2000");
-    let configs: [(&str, Option<&str>); 3] = [
+    let configs: [(&str, Option<&str>); 4] = [
         ("export off", None),
+        ("export on, collector accepting", Some(&accepting_url)),
         ("export on, collector refusing", Some(&refused_url)),
         ("export on, collector never answering", Some(&stuck_url)),
     ];
@@ -777,18 +787,24 @@ fn otel(args: &[String]) {
         })
         .collect();
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); configs.len()];
-    for _ in 0..rounds {
-        for (i, (s, file)) in servers.iter_mut().enumerate() {
-            let params = json!({ "name": "stat_file", "arguments": { "path": file } });
-            for _ in 0..200 {
-                s.request("tools/call", params.clone());
-            }
-            for _ in 0..n {
-                let t = Instant::now();
-                s.send("tools/call", params.clone());
-                s.read_reply();
-                times[i].push(t.elapsed().as_secs_f64() * 1e6);
-            }
+    let params: Vec<Value> =
+        servers.iter().map(|(_, file)| json!({ "name": "stat_file", "arguments": { "path": file } })).collect();
+    for ((s, _), p) in servers.iter_mut().zip(&params) {
+        for _ in 0..200 {
+            s.request("tools/call", p.clone());
+        }
+    }
+    // Call by call in turns, so that the machine's slow phases fall on every setting alike;
+    // the turn starts at a different setting each time, so that none always follows the same
+    // one (whose worker may still be busy after its reply).
+    let count = servers.len();
+    for turn in 0..rounds * n {
+        for k in 0..count {
+            let i = (turn + k) % count;
+            let t = Instant::now();
+            servers[i].0.send("tools/call", params[i].clone());
+            servers[i].0.read_reply();
+            times[i].push(t.elapsed().as_secs_f64() * 1e6);
         }
     }
     drop(servers);
@@ -803,6 +819,39 @@ fn otel(args: &[String]) {
         }
         println!("| {name} | {p50:.1} | {p99:.1} | {:.3} | {:.3} |", p50 / off50, p99 / off99);
         println!("{}", json!({ "measure": format!("stat_file, {name}"), "p50": p50, "p99": p99 }));
+    }
+}
+
+/// Answers every HTTP request on `conn` with 200 and an empty body (an OTLP collector that
+/// takes everything).
+fn answer_ok(mut conn: std::net::TcpStream) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let Ok(clone) = conn.try_clone() else { return };
+    let mut reader = BufReader::new(clone);
+    loop {
+        let mut length = 0usize;
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            let lower = line.to_ascii_lowercase();
+            if let Some(v) = lower.strip_prefix("content-length:") {
+                length = v.trim().parse().unwrap_or(0);
+            }
+            if line == "\r\n" {
+                break;
+            }
+        }
+        let mut body = vec![0; length];
+        if reader.read_exact(&mut body).is_err() {
+            return;
+        }
+        let ok = b"HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n";
+        if conn.write_all(ok).is_err() {
+            return;
+        }
     }
 }
 

@@ -8,100 +8,13 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::{mpsc, Arc};
+use std::sync::mpsc;
 use std::thread::JoinHandle;
 
+pub use super::entry::{Blob, Cached, Entry, Hash, Stamp};
 use super::facts::FileFacts;
 use super::names::{self, Named, Table};
-
-/// SHA-256 of a file's bytes.
-pub type Hash = [u8; 32];
-
-/// What a file was when its facts were read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, bitcode::Encode, bitcode::Decode)]
-pub struct Stamp {
-    pub size: u64,
-    pub mtime_ns: u64,
-    pub hash: Hash,
-    /// 0 where the OS has none: then size and mtime alone say whether the file changed.
-    pub ino: u64,
-}
-
-impl Stamp {
-    /// Whether a file stat'ed as `seen` is still the one these facts were read from: a file
-    /// replaced by another of the same size and mtime (a rename over it) has another inode.
-    pub fn matches(&self, size: u64, mtime_ns: u64, ino: u64) -> bool {
-        self.size == size && self.mtime_ns == mtime_ns && (self.ino == 0 || self.ino == ino)
-    }
-}
-
-/// What the resolver asks of every file of the tree (a module's files, the type hierarchy,
-/// renaming imports): kept beside the facts, so that those questions read no facts.
-#[derive(Debug, Clone, Default, PartialEq, Eq, bitcode::Encode, bitcode::Decode)]
-pub struct Summary {
-    pub lang: String,
-    /// The package or namespace the file declares.
-    pub module: String,
-    /// (type, base).
-    pub bases: Vec<(String, String)>,
-    /// Imports under another name: (original, local).
-    pub renames: Vec<(String, String)>,
-}
-
-impl Summary {
-    pub fn of(f: &FileFacts) -> Self {
-        Self {
-            lang: f.lang.clone(),
-            module: f.str(f.module).to_owned(),
-            bases: f.bases.iter().map(|&(t, b)| (f.str(t).to_owned(), f.str(b).to_owned())).collect(),
-            renames: f
-                .imports
-                .iter()
-                .map(|i| (f.str(i.name), f.str(i.local)))
-                .filter(|(original, local)| !original.is_empty() && original != local)
-                .map(|(o, l)| (o.to_owned(), l.to_owned()))
-                .collect(),
-        }
-    }
-}
-
-/// A freshly parsed file.
-#[derive(Debug, Clone)]
-pub struct Cached {
-    pub stamp: Stamp,
-    pub facts: Arc<FileFacts>,
-}
-
-/// Where a file's facts lie in the cache file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, bitcode::Encode, bitcode::Decode)]
-pub struct Blob {
-    pub offset: u64,
-    pub len: u32,
-    pub crc: u32,
-}
-
-/// A file's entry as saved.
-#[derive(Debug, Clone, bitcode::Encode, bitcode::Decode)]
-pub struct Entry {
-    pub path: String,
-    pub stamp: Stamp,
-    pub summary: Summary,
-    pub facts: Blob,
-}
-
-/// A file's facts as handed to the saving thread: decoded, or still in an earlier cache file
-/// (copied as they are).
-pub enum SnapFacts {
-    Decoded(Arc<FileFacts>),
-    Saved(Arc<Saved>, Blob),
-}
-
-pub struct SnapEntry {
-    pub path: String,
-    pub stamp: Stamp,
-    pub summary: Arc<Summary>,
-    pub facts: SnapFacts,
-}
+use super::store::{SavedFacts, SnapEntry, SnapFacts};
 
 /// The cache's entries and the tree they were checked against, as handed to the saving thread.
 pub struct Snapshot {
@@ -402,6 +315,18 @@ impl Saved {
     }
 }
 
+impl SavedFacts for Saved {
+    fn facts(&self, blob: Blob) -> Option<FileFacts> {
+        Saved::facts(self, blob).ok()
+    }
+    fn raw(&self, blob: Blob) -> Option<Vec<u8>> {
+        Saved::raw(self, blob).ok()
+    }
+    fn named(&self, name: &str) -> Option<Named> {
+        Saved::named(self, name).ok()
+    }
+}
+
 fn slice(start: u64, end: u64) -> Result<std::ops::Range<usize>, CacheError> {
     let start = usize::try_from(start).map_err(|_| CacheError::Damaged)?;
     let end = usize::try_from(end).map_err(|_| CacheError::Damaged)?;
@@ -434,12 +359,12 @@ fn encode(snapshot: &Snapshot) -> Vec<u8> {
         let (bytes, decoded) = match &e.facts {
             SnapFacts::Decoded(f) => (bitcode::encode(&**f), None),
             SnapFacts::Saved(saved, blob) => match saved.raw(*blob) {
-                Ok(bytes) => match bitcode::decode::<FileFacts>(&bytes) {
+                Some(bytes) => match bitcode::decode::<FileFacts>(&bytes) {
                     Ok(f) => (bytes, Some(f)),
                     Err(_) => continue,
                 },
                 // A damaged entry is left out: the next gm parses that file.
-                Err(_) => continue,
+                None => continue,
             },
         };
         let f = match (&e.facts, &decoded) {

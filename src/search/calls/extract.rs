@@ -26,76 +26,13 @@ use std::collections::HashMap;
 use tree_sitter::{Node, Parser, QueryCursor, StreamingIterator};
 
 use super::facts::{number, offset, Builder, Call, CallKind, Def, DefKind, FileFacts, Import, NONE};
-use super::lang::{Compiled, Lang};
-
-/// What a capture means to the extractor.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    Name,
-    Definition(DefKind),
-    Reference(CallKind),
-    Receiver,
-    Dispatch,
-    Qualifier,
-    Owner,
-    Base,
-    Declaration,
-    Extends,
-    Clause,
-    Import,
-    ImportModule,
-    ImportName,
-    ImportAlias,
-    BindName,
-    BindField,
-    BindType,
-    Module,
-    /// Read by a predicate only, or not at all.
-    Other,
-}
-
-pub fn role(capture: &str) -> Role {
-    if let Some(kind) = capture.strip_prefix("definition.") {
-        return DefKind::from_capture(kind).map_or(Role::Other, Role::Definition);
-    }
-    match capture {
-        "name" => Role::Name,
-        "reference.call" => Role::Reference(CallKind::Call),
-        "reference.new" => Role::Reference(CallKind::New),
-        "reference.macro" => Role::Reference(CallKind::Macro),
-        "reference.in_macro" => Role::Reference(CallKind::InMacro),
-        "receiver" => Role::Receiver,
-        "dispatch" => Role::Dispatch,
-        "qualifier" => Role::Qualifier,
-        "owner" => Role::Owner,
-        "base" => Role::Base,
-        "declaration" => Role::Declaration,
-        "extends" => Role::Extends,
-        "clause" => Role::Clause,
-        "import" => Role::Import,
-        "import.module" => Role::ImportModule,
-        "import.name" => Role::ImportName,
-        "import.alias" => Role::ImportAlias,
-        "bind.name" => Role::BindName,
-        "bind.field" => Role::BindField,
-        "bind.type" => Role::BindType,
-        "module" => Role::Module,
-        _ => Role::Other,
-    }
-}
-
-/// Captures of the shipped queries that only their own tools read (doc comments for the
-/// `#strip!`/`#select-adjacent!` directives): dropping them saves recording them.
-pub fn unused_capture(capture: &str) -> bool {
-    matches!(capture, "doc" | "ignore" | "local.scope")
-}
+use super::spec::{Compiled, Lang, Role};
 
 /// Parses one file into its facts; `None` when the language's queries do not compile or the
 /// parser gives up (a timeout, a cancelled parse). A file with syntax errors yields what
 /// parsed, marked `partial`. The source is bytes: a file with a stray byte that is not UTF-8
 /// (a test of an encoding error, a Latin-1 comment) still has its calls.
-pub fn analyze(lang: &'static Lang, src: &[u8], parser: &mut Parser) -> Option<FileFacts> {
-    let compiled = lang.compiled()?;
+pub fn analyze(lang: &Lang, compiled: &Compiled, src: &[u8], parser: &mut Parser) -> Option<FileFacts> {
     parser.set_language(&lang.language()).ok()?;
     let tree = parser.parse(src, None)?;
     let raw = collect(compiled, tree.root_node(), src);

@@ -5,6 +5,12 @@
 
 use std::collections::HashMap;
 
+/// A file of the store, by number.
+pub type FileId = u32;
+
+/// A definition or call site: its file and its index in that file's list.
+pub type At = (FileId, u32);
+
 /// A definition's kind, as replies name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, bitcode::Encode, bitcode::Decode)]
 pub enum DefKind {

@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
-use super::cache::Hash;
+use super::entry::Hash;
 use super::facts::{CallKind, DefKind, FileFacts};
 use super::store::{FileId, Store};
 

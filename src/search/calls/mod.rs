@@ -20,6 +20,7 @@
 
 mod answer;
 mod cache;
+mod entry;
 mod extract;
 mod facts;
 pub mod lang;
@@ -27,6 +28,7 @@ mod map;
 mod map_text;
 mod names;
 mod resolve;
+mod spec;
 mod store;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -108,7 +110,9 @@ fn language_of(rel: &str, bytes: &[u8]) -> Result<&'static lang::Lang, &'static 
 /// (its `lang` says which language it is, if any, for the skipped counts).
 fn parse(rel: &str, bytes: Vec<u8>, parser: &mut Parser) -> FileFacts {
     match language_of(rel, &bytes) {
-        Ok(l) => extract::analyze(l, &bytes, parser)
+        Ok(l) => l
+            .compiled()
+            .and_then(|compiled| extract::analyze(l, compiled, &bytes, parser))
             .unwrap_or_else(|| FileFacts { lang: l.name.into(), ..Default::default() }),
         Err(other) => FileFacts { lang: other.to_owned(), ..Default::default() },
     }
@@ -233,7 +237,7 @@ impl CallIndex {
             self.store = match Saved::open(&self.file, self.check_whole_below) {
                 Ok((saved, listing)) => {
                     self.tree = listing.tree;
-                    Store::open(saved, listing.entries)
+                    Store::open(std::sync::Arc::new(saved), listing.entries)
                 }
                 Err(_) => Store::default(),
             };
@@ -464,7 +468,9 @@ impl CallIndex {
         if std::str::from_utf8(&bytes).is_err() {
             return Err(SymbolsError::NotText { path: rel.to_owned(), size: bytes.len() as u64 });
         }
-        let facts = extract::analyze(lang, &bytes, &mut Parser::new())
+        let facts = lang
+            .compiled()
+            .and_then(|compiled| extract::analyze(lang, compiled, &bytes, &mut Parser::new()))
             .ok_or_else(|| SymbolsError::Internal(format!("the {} parser could not read {rel}", lang.name)))?;
         Ok(answer::outline(&self.workspace, rel, &facts, offset, limit))
     }

@@ -11,8 +11,7 @@
 
 use rustc_hash::FxHashMap;
 
-use super::facts::{DefKind, FileFacts};
-use super::store::At;
+use super::facts::{At, DefKind, FileFacts};
 
 /// The bucket of a name among `buckets` (a power of two). CRC-32, not the process's hasher:
 /// the table must be read the same way by every gm of this format.

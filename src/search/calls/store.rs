@@ -16,13 +16,34 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use rustc_hash::{FxHashMap, FxHasher};
 
-use super::cache::{Blob, Cached, Entry, Saved, SnapEntry, SnapFacts, Stamp, Summary};
+use super::entry::{Blob, Cached, Entry, Stamp, Summary};
+pub use super::facts::{At, FileId};
 use super::facts::{DefKind, FileFacts};
+use super::names::Named;
 
-pub type FileId = u32;
+/// The saved cache as the store reads it (`cache.rs`'s `Saved`): a file's facts and a name's
+/// lists, each `None` when its piece of the file is damaged. The store knows no more of the
+/// cache than this.
+pub trait SavedFacts: Send + Sync {
+    fn facts(&self, blob: Blob) -> Option<FileFacts>;
+    /// The facts' bytes as saved (copied into the next cache file as they are).
+    fn raw(&self, blob: Blob) -> Option<Vec<u8>>;
+    fn named(&self, name: &str) -> Option<Named>;
+}
 
-/// A definition or call site: its file and its index in that file's list.
-pub type At = (FileId, u32);
+/// A file's facts as handed to the saving thread: decoded, or still in an earlier cache file
+/// (copied as they are).
+pub enum SnapFacts {
+    Decoded(Arc<FileFacts>),
+    Saved(Arc<dyn SavedFacts>, Blob),
+}
+
+pub struct SnapEntry {
+    pub path: String,
+    pub stamp: Stamp,
+    pub summary: Arc<Summary>,
+    pub facts: SnapFacts,
+}
 
 type Lists = FxHashMap<Box<str>, Vec<At>>;
 
@@ -57,7 +78,7 @@ pub struct Store {
     free: Vec<FileId>,
     shards: Vec<Shard>,
     /// The cache the saved slots are read from.
-    saved: Option<Arc<Saved>>,
+    saved: Option<Arc<dyn SavedFacts>>,
     /// A piece of the saved cache did not match its checksum: the answer just computed may be
     /// wrong, and the index starts over (`take_damaged`).
     damaged: AtomicBool,
@@ -111,8 +132,8 @@ static EMPTY: OnceLock<Arc<FileFacts>> = OnceLock::new();
 impl Store {
     /// A store over a saved cache: its entries are in memory, its facts and name lists are
     /// read as queries need them.
-    pub fn open(saved: Saved, entries: Vec<Entry>) -> Self {
-        let mut store = Store { saved: Some(Arc::new(saved)), ..Store::default() };
+    pub fn open(saved: Arc<dyn SavedFacts>, entries: Vec<Entry>) -> Self {
+        let mut store = Store { saved: Some(saved), ..Store::default() };
         store.slots.reserve(entries.len());
         for e in entries {
             store.sources += usize::from(is_source(&e.summary));
@@ -140,7 +161,7 @@ impl Store {
         match &slot.facts {
             Facts::Ready(f) => f,
             Facts::Saved { blob, read } => read.get_or_init(|| match self.saved.as_ref().map(|s| s.facts(*blob)) {
-                Some(Ok(f)) => Arc::new(f),
+                Some(Some(f)) => Arc::new(f),
                 _ => {
                     self.damaged.store(true, Ordering::Relaxed);
                     EMPTY.get_or_init(Default::default).clone()
@@ -299,12 +320,12 @@ impl Store {
     fn saved_named(&self, name: &str, calls: bool) -> Vec<At> {
         let Some(saved) = &self.saved else { return Vec::new() };
         match saved.named(name) {
-            Ok(named) => {
+            Some(named) => {
                 let mut list = if calls { named.calls } else { named.defs };
                 list.retain(|(id, _)| self.as_saved(*id));
                 list
             }
-            Err(_) => {
+            None => {
                 self.damaged.store(true, Ordering::Relaxed);
                 Vec::new()
             }

@@ -6,51 +6,8 @@
 
 use std::sync::OnceLock;
 
-use tree_sitter::{Language, Query};
-
-use super::extract::{role, unused_capture, Role};
-
-/// One language.
-pub struct Lang {
-    /// The name replies use (`"python"`).
-    pub name: &'static str,
-    /// File extensions, without the dot.
-    pub extensions: &'static [&'static str],
-    /// Interpreters a shebang may name for an extensionless script (`python` also matches
-    /// `python3` and `python3.12`).
-    pub interpreters: &'static [&'static str],
-    pub grammar: fn() -> Language,
-    /// The grammar's own tags query (`TAGS_QUERY`), in pieces: its `@definition.*` captures,
-    /// and its `@reference.call` ones where gm's query has no call at the same place.
-    pub tags: &'static [&'static str],
-    /// gm's own query, in pieces; it runs before the shipped one and wins where both match.
-    pub query: &'static [&'static str],
-    /// What the current object is called inside a method (`self`, `this`, `$this`), and the
-    /// names that mean the current type in a qualified call (`Self::new`, `self::build`).
-    pub self_names: &'static [&'static str],
-    /// A bare call inside a method may call a method of the same class (Java, C#, C++, Ruby).
-    pub implicit_self: bool,
-    /// A bare call may only reach a function of the same package, which is the file's
-    /// directory (Go).
-    pub package_is_directory: bool,
-    /// A file is a module named by its file name capitalized, which nothing in it declares
-    /// (OCaml's `store.ml` is `Store`): a module path or qualifier names it so.
-    pub capitalized_file_modules: bool,
-    /// A function's methods are told apart by their arguments' types, a call choosing one at
-    /// run time (Julia's multiple dispatch): a method is defined for its first argument's
-    /// type (`@owner`), is called bare like a function, and a call whose first argument's
-    /// type the file says (`@dispatch`) reaches that type's method.
-    pub dispatch: bool,
-}
-
-/// A language's queries compiled once: gm's own patterns first, then the shipped ones.
-pub struct Compiled {
-    pub query: Query,
-    /// Patterns below this index are gm's own.
-    pub own_patterns: usize,
-    /// What each capture (by index) means to the extractor.
-    pub roles: Vec<Role>,
-}
+use super::spec::compile;
+pub use super::spec::{Compiled, Lang};
 
 impl Lang {
     /// The compiled queries; `None` (and a note on stderr, once) when they do not compile
@@ -69,34 +26,6 @@ impl Lang {
             })
             .as_ref()
     }
-
-    pub fn language(&self) -> Language {
-        (self.grammar)()
-    }
-}
-
-fn compile(lang: &Lang) -> Result<Compiled, tree_sitter::QueryError> {
-    let own: String = lang.query.concat();
-    let shipped: String = lang.tags.concat();
-    let own_patterns = Query::new(&lang.language(), &own)?.pattern_count();
-    let mut query = Query::new(&lang.language(), &format!("{own}\n{shipped}"))?;
-    for i in own_patterns..query.pattern_count() {
-        // A shipped pattern that needs a locals analysis gm does not run (`#is-not? local`)
-        // would match every identifier; one that captures nothing gm reads only costs time.
-        let wanted = query.capture_quantifiers(i).iter().zip(query.capture_names()).any(|(q, name)| {
-            *q != tree_sitter::CaptureQuantifier::Zero && (name.starts_with("definition.") || *name == "reference.call")
-        });
-        if !query.property_predicates(i).is_empty() || !wanted {
-            query.disable_pattern(i);
-        }
-    }
-    let unused: Vec<String> =
-        query.capture_names().iter().filter(|n| unused_capture(n)).map(|n| n.to_string()).collect();
-    for name in unused {
-        query.disable_capture(&name);
-    }
-    let roles = query.capture_names().iter().map(|n| role(n)).collect();
-    Ok(Compiled { query, own_patterns, roles })
 }
 
 /// Declares the language modules and lists their languages, in the order extensions are tried.
@@ -136,6 +65,7 @@ pub fn family(name: &str) -> &'static str {
         "javascript" | "typescript" | "tsx" => "js",
         "c" | "cpp" => "c",
         "java" | "kotlin" | "scala" => "jvm",
+        "ocaml" | "ocaml_interface" => "ocaml",
         other => by_name(other).map_or("", |l| l.name),
     }
 }
@@ -249,5 +179,6 @@ mod tests {
         assert_eq!(family("cpp"), family("c"));
         assert_ne!(family("go"), family("rust"));
         assert_ne!(family("python"), family("java"));
+        assert_eq!(family("ocaml_interface"), family("ocaml"));
     }
 }
