@@ -794,17 +794,20 @@ fn otel(args: &[String]) {
             s.request("tools/call", p.clone());
         }
     }
-    // Call by call in turns, so that the machine's slow phases fall on every setting alike;
-    // the turn starts at a different setting each time, so that none always follows the same
-    // one (whose worker may still be busy after its reply).
+    // In blocks of `BLOCK` calls, the settings in turns, each round starting at another one:
+    // the machine's slow phases fall on every setting alike, and a block is not disturbed by
+    // another worker's log still syncing (call-by-call turns measured mostly that).
+    const BLOCK: usize = 500;
     let count = servers.len();
-    for turn in 0..rounds * n {
+    for round in 0..rounds * n.div_ceil(BLOCK) {
         for k in 0..count {
-            let i = (turn + k) % count;
-            let t = Instant::now();
-            servers[i].0.send("tools/call", params[i].clone());
-            servers[i].0.read_reply();
-            times[i].push(t.elapsed().as_secs_f64() * 1e6);
+            let i = (round + k) % count;
+            for _ in 0..BLOCK {
+                let t = Instant::now();
+                servers[i].0.send("tools/call", params[i].clone());
+                servers[i].0.read_reply();
+                times[i].push(t.elapsed().as_secs_f64() * 1e6);
+            }
         }
     }
     drop(servers);
