@@ -344,33 +344,10 @@ fn over_http_a_3_mb_string_is_cut_the_same_way() {
     let dir = tempfile::tempdir().expect("tempdir");
     let ws = dir.path().canonicalize().expect("canonical");
     let (mut child, lines) = common::spawn_http_front(&ws, &[], &[]);
-    let url = loop {
-        let line = lines.recv_timeout(TIMEOUT).expect("gm prints where it listens");
-        if let Some(u) = line.strip_prefix("gm: listening on ") {
-            break u.to_owned();
-        }
-    };
-    let token = std::fs::read_to_string(ws.join(".gm/http.token")).unwrap_or_default().trim().to_owned();
-    let client = reqwest::blocking::Client::builder().timeout(TIMEOUT).build().expect("client");
-    let post = |session: Option<&str>, body: Value| {
-        let mut req = client
-            .post(&url)
-            .bearer_auth(&token)
-            .header("accept", "application/json, text/event-stream")
-            .header("content-type", "application/json")
-            .body(body.to_string());
-        if let Some(s) = session {
-            req = req.header("mcp-session-id", s);
-        }
-        req.send().expect("the front answers")
-    };
-    let init = post(
-        None,
-        json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "budget-test", "version": "0" } } }),
-    );
-    let session = init.headers().get("mcp-session-id").and_then(|h| h.to_str().ok()).expect("a session").to_owned();
-    post(Some(&session), json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }));
+    let mut http = common::HttpClient::of(&lines, None);
+    http.token = Some(std::fs::read_to_string(ws.join(".gm/http.token")).unwrap_or_default().trim().to_owned());
+    let session = http.initialize("budget-test");
+    let post = |session: Option<&str>, body: Value| http.post(session, body);
     let read =
         json!({ "jsonrpc": "2.0", "id": 2, "method": "resources/read", "params": { "uri": "skill://gm/SKILL.md" } });
     assert!(post(Some(&session), read).status().is_success());

@@ -540,33 +540,10 @@ fn a_session_over_http_is_network_transport_tcp() {
     let env = export_env(&receiver.endpoint(), home.path());
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let (mut front, lines) = common::spawn_http_front(&ws, &["--http-token", "none", "--surface", "tools"], &env);
-    let url = loop {
-        let line = lines.recv_timeout(TIMEOUT).expect("gm prints where it listens");
-        if let Some(url) = line.strip_prefix("gm: listening on ") {
-            break url.to_owned();
-        }
-    };
-    let client = reqwest::blocking::Client::builder().timeout(TIMEOUT).build().expect("client");
-    let post = |session: Option<&str>, body: Value| {
-        let mut req = client
-            .post(&url)
-            .header("accept", "application/json, text/event-stream")
-            .header("content-type", "application/json")
-            .body(body.to_string());
-        if let Some(s) = session {
-            req = req.header("mcp-session-id", s);
-        }
-        req.send().expect("the front answers")
-    };
-    let init = post(
-        None,
-        json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "otel-test", "version": "0" } } }),
-    );
-    let session = init.headers().get("mcp-session-id").expect("a session").to_str().expect("ascii").to_owned();
-    post(Some(&session), json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }));
+    let http = common::HttpClient::of(&lines, None);
+    let session = http.initialize("otel-test");
     std::fs::write(ws.join("a.txt"), "x").expect("write");
-    let call = post(
+    let call = http.post(
         Some(&session),
         json!({ "jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": { "name": "stat_file", "arguments": { "path": "a.txt" } } }),
     );

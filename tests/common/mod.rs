@@ -373,6 +373,56 @@ pub fn spawn_http_front(
     (child, rx)
 }
 
+/// A client of an HTTP front (`spawn_http_front`): it waits for where the front listens and
+/// posts JSON-RPC with the MCP headers (and the bearer token, when one is given).
+pub struct HttpClient {
+    pub url: String,
+    /// Sent as a bearer token (a front with a token writes it once it listens).
+    pub token: Option<String>,
+    client: reqwest::blocking::Client,
+}
+
+impl HttpClient {
+    pub fn of(lines: &std::sync::mpsc::Receiver<String>, token: Option<String>) -> Self {
+        let url = loop {
+            let line = lines.recv_timeout(TIMEOUT).expect("gm prints where it listens");
+            if let Some(url) = line.strip_prefix("gm: listening on ") {
+                break url.to_owned();
+            }
+        };
+        let client = reqwest::blocking::Client::builder().timeout(TIMEOUT).build().expect("client");
+        HttpClient { url, token, client }
+    }
+
+    pub fn post(&self, session: Option<&str>, body: Value) -> reqwest::blocking::Response {
+        let mut req = self
+            .client
+            .post(&self.url)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .body(body.to_string());
+        if let Some(token) = &self.token {
+            req = req.bearer_auth(token);
+        }
+        if let Some(s) = session {
+            req = req.header("mcp-session-id", s);
+        }
+        req.send().expect("the front answers")
+    }
+
+    /// `initialize` then `notifications/initialized`: the session's id.
+    pub fn initialize(&self, client_name: &str) -> String {
+        let init = self.post(
+            None,
+            json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": client_name, "version": "0" } } }),
+        );
+        let session = init.headers().get("mcp-session-id").and_then(|h| h.to_str().ok()).expect("a session").to_owned();
+        self.post(Some(&session), json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }));
+        session
+    }
+}
+
 /// Stops an HTTP front with SIGTERM and waits for it to exit.
 pub fn stop_http_front(child: &mut std::process::Child) {
     // SAFETY: kill(2) on the child this test started.
