@@ -794,6 +794,10 @@ fn otel(args: &[String]) {
             s.request("tools/call", p.clone());
         }
     }
+    // Each setting's worker (the process `gm serve` hands the session to): its CPU by thread,
+    // before and after the timed calls.
+    let workers: Vec<Option<i32>> = (0..servers.len()).map(|i| worker_pid(&dir.join(format!("ws-{i}")))).collect();
+    let cpu_before: Vec<(f64, f64)> = workers.iter().map(|p| p.map_or((0.0, 0.0), thread_cpu)).collect();
     // In blocks of `BLOCK` calls, the settings in turns, each round starting at another one:
     // the machine's slow phases fall on every setting alike, and a block is not disturbed by
     // another worker's log still syncing (call-by-call turns measured mostly that).
@@ -810,7 +814,14 @@ fn otel(args: &[String]) {
             }
         }
     }
+    let cpu_after: Vec<(f64, f64)> = workers.iter().map(|p| p.map_or((0.0, 0.0), thread_cpu)).collect();
     drop(servers);
+    let calls = times[0].len() as f64;
+    println!("| worker CPU per call (µs) | request thread | export threads |\n|---|---|---|");
+    for (i, (name, _)) in configs.iter().enumerate() {
+        let (main, export) = (cpu_after[i].0 - cpu_before[i].0, cpu_after[i].1 - cpu_before[i].1);
+        println!("| {name} | {:.1} | {:.1} |", main * 1e6 / calls, export * 1e6 / calls);
+    }
     println!("| stat_file round trip | p50 (µs) | p99 (µs) | p50 / off | p99 / off |\n|---|---|---|---|---|");
     let (mut off50, mut off99) = (0.0, 0.0);
     for (i, (name, _)) in configs.iter().enumerate() {
@@ -823,6 +834,35 @@ fn otel(args: &[String]) {
         println!("| {name} | {p50:.1} | {p99:.1} | {:.3} | {:.3} |", p50 / off50, p99 / off99);
         println!("{}", json!({ "measure": format!("stat_file, {name}"), "p50": p50, "p99": p99 }));
     }
+}
+
+/// The pid of a workspace's worker (`.gm/worker.pid`).
+fn worker_pid(ws: &std::path::Path) -> Option<i32> {
+    let text = std::fs::read_to_string(ws.join(".gm/worker.pid")).ok()?;
+    serde_json::from_str::<Value>(&text).ok()?["pid"].as_i64().map(|p| p as i32)
+}
+
+/// A process's CPU seconds (user + system): its main thread's (where the worker answers
+/// requests), and its export threads' (`gm-otel-spans`, the SDK's `OpenTelemetry.*`, the
+/// HTTP client's `reqwest-*`).
+fn thread_cpu(pid: i32) -> (f64, f64) {
+    let ticks = 100.0; // USER_HZ on Linux
+    let (mut main, mut export) = (0.0, 0.0);
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return (0.0, 0.0) };
+    for task in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else { continue };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else { continue };
+        let comm = &stat[open + 1..close];
+        let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+        let cpu = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+        let seconds = (cpu(11) + cpu(12)) / ticks;
+        if task.file_name().to_string_lossy() == pid.to_string() {
+            main += seconds;
+        } else if comm.starts_with("gm-otel") || comm.starts_with("OpenTelemetry") || comm.starts_with("reqwest") {
+            export += seconds;
+        }
+    }
+    (main, export)
 }
 
 /// Answers every HTTP request on `conn` with 200 and an empty body (an OTLP collector that
