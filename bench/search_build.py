@@ -15,8 +15,8 @@ in turn (so that the VM's slow phases fall on all of them alike):
 - first: only the first answer (gm is stopped right after it, the build unfinished), for more
   samples of the first answer against rg.
 
-The end of the build is seen on disk (`.gm/index/manifest.json` appears when the build
-commits), never by asking gm: a search to find out would itself be measured. The first search's
+The end of the build is seen on disk (the run log's `search-index` event `built`), never by
+asking gm: a search to find out would itself be measured. The first search's
 time is the first answer with no index, compared with `rg -F -c` of its word over the same tree.
 Prints one JSON line per measurement and a markdown table.
 """
@@ -70,24 +70,40 @@ class Server:
         stop_worker(self.workspace)
 
 
-def built(tree):
-    return os.path.exists(os.path.join(tree, ".gm", "index", "manifest.json"))
+def log_size(tree):
+    try:
+        return os.path.getsize(os.path.join(tree, ".gm", "log.jsonl"))
+    except OSError:
+        return 0
+
+
+def built(tree, since=0):
+    """Whether the build that began after byte `since` of the run log has logged its end (a
+    `search-index` event `built`): read from disk, never by asking gm. (`manifest.json` is no
+    sign: a build that answers a search commits, and saves it, midway.)"""
+    try:
+        with open(os.path.join(tree, ".gm", "log.jsonl"), "rb") as f:
+            f.seek(since)
+            return any(b'"kind":"search-index"' in line and b'"state":"built"' in line for line in f)
+    except OSError:
+        return False
 
 
 def one_build(gm, tree, mode, every=0.25):
     """Seconds from the first search to the built index, the first search's ms, and the
     searches sent meanwhile with their median ms."""
     shutil.rmtree(os.path.join(tree, ".gm", "index"), ignore_errors=True)
+    since = log_size(tree)
     server = Server(gm, tree)
     t0 = time.perf_counter()
     first = server.search("jiffies")
     first_ms = (time.perf_counter() - t0) * 1000
-    assert first.get("provisional") or built(tree), first
+    assert first.get("provisional") or built(tree, since), first
     if mode == "first":
         server.close()
         return None, first_ms, []
     times, n = [], 0
-    while not built(tree):
+    while not built(tree, since):
         if mode == "alone":
             time.sleep(0.05)
             continue

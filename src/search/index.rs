@@ -89,11 +89,12 @@ impl FileState {
     }
 }
 
-/// A build answering a search commits what it indexed since its last such commit only when
-/// that is at least this much: a search every few hundred milliseconds would otherwise cut
-/// the build into tiny segments (the commit waits for every indexing thread), and scanning
-/// a few megabytes costs less than that.
+/// A build that was asked a search commits as it goes, every this many bytes indexed or every
+/// [`MIDWAY_COMMITS`]th of the build, whichever is more: smaller commits would cut the build
+/// into tiny segments (a commit waits for every indexing thread, and the manifest is saved
+/// with it), and scanning a few megabytes costs a search less than that.
 const MIDWAY_COMMIT_BYTES: u64 = 8 << 20;
+const MIDWAY_COMMITS: u64 = 16;
 #[cfg(test)]
 thread_local! {
     /// [`MIDWAY_COMMIT_BYTES`] for the tests on this thread: small trees commit too.
@@ -421,12 +422,27 @@ impl LineIndex {
         stats: &mut RefreshStats,
         asks: Option<&Asks>,
     ) -> Result<(), IndexError> {
-        // Where the last commit made for a search left the build: the files from there on
-        // are read by the searches, not looked up.
+        // Once a search came, the build commits as it goes (every `every` bytes), so that
+        // the next search finds most of what was indexed committed, and scans only the rest:
+        // a search never waits for a commit, and a build nobody asks commits once. Where the
+        // last such commit left the build: the files from there on are read, not looked up.
+        let total: u64 = changed.iter().map(|s| s.size.min(MAX_FILE_BYTES)).sum();
+        let every = midway_commit_bytes().max(total / MIDWAY_COMMITS);
         let mut committed = (0, 0u64);
+        let mut asked = false;
         for (i, seen) in changed.iter().enumerate() {
-            if let Some(ask) = asks.and_then(Asks::next) {
-                self.answer_midway(ask, changed, i, &mut committed, stats.bytes_indexed)?;
+            if let Some(asks) = asks {
+                if asked && i > committed.0 && stats.bytes_indexed - committed.1 >= every {
+                    self.commit()?;
+                    // The saved manifest names every file the commit holds: a worker killed
+                    // now starts its next build from here, with no lines of unknown files.
+                    self.save_manifest()?;
+                    committed = (i, stats.bytes_indexed);
+                }
+                while let Some(ask) = asks.next() {
+                    asked = true;
+                    self.answer_midway(ask, changed, committed.0);
+                }
             }
             self.reindex(&seen.rel, &seen.path, stats)?;
         }
@@ -547,30 +563,16 @@ impl LineIndex {
         Some(changed)
     }
 
-    /// Answers `ask` while [`Self::apply_changes`] is at `changed[at]`: commits what was
-    /// indexed since the last such commit when it is worth a commit ([`MIDWAY_COMMIT_BYTES`]),
-    /// then searches the committed files and scans the rest, on one core.
-    fn answer_midway(
-        &mut self,
-        ask: Ask,
-        changed: &[&Seen],
-        at: usize,
-        committed: &mut (usize, u64),
-        bytes_indexed: u64,
-    ) -> Result<(), IndexError> {
-        if at > committed.0 && bytes_indexed - committed.1 >= midway_commit_bytes() {
-            self.commit()?;
-            // The saved manifest names every file the commit holds: a worker killed now
-            // starts its next build from here, with no lines of unknown files.
-            self.save_manifest()?;
-            *committed = (at, bytes_indexed);
-        }
-        let mut pending: BTreeSet<String> = changed[committed.0..].iter().map(|s| s.rel.clone()).collect();
+    /// Answers `ask` while [`Self::apply_changes`] builds: the files committed so far from the
+    /// index, `changed[committed..]` (not indexed yet, or not committed) and the files the
+    /// watcher saw change read as they are now, on every core (the build waits meanwhile).
+    fn answer_midway(&self, ask: Ask, changed: &[&Seen], committed: usize) {
+        let mut pending: BTreeSet<String> = changed[committed..].iter().map(|s| s.rel.clone()).collect();
         pending.extend(ask.changed);
-        let hits = self.search_pending_on(&ask.query, ask.limit, ask.prefix.as_deref(), &pending, 1);
+        let hits =
+            self.search_pending_on(&ask.query, ask.limit, ask.prefix.as_deref(), &pending, provisional::all_cores());
         // The asker may have given up; the build goes on.
         let _ = ask.reply.send(hits.map_err(|e| e.to_string()));
-        Ok(())
     }
 
     /// The statistics this index scores `query` with (see [`IndexStats`]).
