@@ -90,11 +90,12 @@ impl FileState {
 }
 
 /// A build that was asked a search commits as it goes, every this many bytes indexed or every
-/// [`MIDWAY_COMMITS`]th of the build, whichever is more: smaller commits would cut the build
-/// into tiny segments (a commit waits for every indexing thread, and the manifest is saved
-/// with it), and scanning a few megabytes costs a search less than that.
-const MIDWAY_COMMIT_BYTES: u64 = 8 << 20;
-const MIDWAY_COMMITS: u64 = 16;
+/// [`MIDWAY_COMMITS`]th of the build, whichever is more: each commit waits for every indexing
+/// thread and syncs its segments and the manifest to disk, and every eighth of a 64 MB build
+/// cost it half again its time alone (`bench/search_build.py`), while scanning a few more
+/// megabytes costs a search less.
+const MIDWAY_COMMIT_BYTES: u64 = 16 << 20;
+const MIDWAY_COMMITS: u64 = 6;
 #[cfg(test)]
 thread_local! {
     /// [`MIDWAY_COMMIT_BYTES`] for the tests on this thread: small trees commit too.
