@@ -343,12 +343,24 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
     };
     // stdin's flags are shared with the parent: give them back however gm stops.
     sys::restore_stdin();
+    // A call-site cache still being written (a whole tree's parse) is finished before the
+    // workspace is let go: the next worker reads it instead of parsing again.
+    if !crate::search::calls::wait_for_saves(SAVE_WAIT) {
+        eprintln!(
+            "gm: the call-site cache was still being written after {}s; the next gm parses again",
+            SAVE_WAIT.as_secs()
+        );
+    }
     drop(life);
     // The last spans go out, or are given up after at most two seconds (the workspace is
     // already free for the next worker).
     crate::telemetry::shutdown();
     code
 }
+
+/// The longest a stopping worker waits for its call-site cache to be written (a kernel's
+/// takes seconds).
+const SAVE_WAIT: Duration = Duration::from_secs(60);
 
 /// How long a worker started by a relay waits for the worker before it to let go of the
 /// workspace (one leaving after its idle grace, or stopping after a signal).

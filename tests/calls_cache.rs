@@ -62,3 +62,31 @@ fn callers_after_a_restart_answers_from_the_saved_cache_and_sees_what_changed_me
         r["callers"].as_array().expect("callers").iter().map(|c| format!("{}:{}", c["path"], c["line"])).collect();
     assert_eq!(sites, ["\"app.ts\":2", "\"app.ts\":3", "\"db.ts\":2"]);
 }
+
+/// A worker stopped (SIGTERM) right after a parse still leaves its cache: the next gm reads
+/// it instead of parsing the tree again (a kernel's parse is two minutes). The tree is big
+/// enough that writing its cache takes a while after the reply.
+#[test]
+fn a_worker_stopped_right_after_a_parse_keeps_the_parse_for_the_next() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = &dir.path().canonicalize().expect("canonical");
+    for i in 0..3000 {
+        let body: String =
+            (0..20).map(|j| format!("export function f{i}_{j}(x: number) {{ return query(x + {j}); }}\n")).collect();
+        std::fs::write(d.join(format!("m{i}.ts")), body).expect("write");
+    }
+    std::fs::write(d.join("db.ts"), "export function query(s: number) { return s; }\n").expect("write");
+    git(d, &["init", "-q"]);
+    git(d, &["add", "."]);
+
+    let mut gm = serve(d);
+    let r = gm.call_ok("callers", json!({ "symbol": "query", "limit": 1 }));
+    assert_eq!(r["filesParsed"], 3001, "{r}");
+    common::stop_worker(d);
+    drop(gm);
+    assert!(d.join(".gm/calls/cache.bin").exists(), "the worker left without writing its cache");
+
+    let mut gm = serve(d);
+    let r = gm.call_ok("callers", json!({ "symbol": "query", "limit": 1 }));
+    assert_eq!((r["filesParsed"].as_u64(), r["total"].as_u64()), (Some(0), Some(60_000)), "{r}");
+}

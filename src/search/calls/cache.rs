@@ -8,8 +8,9 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::{mpsc, Condvar, Mutex};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 pub use super::entry::{Blob, Cached, Entry, Hash, Stamp};
 use super::facts::FileFacts;
@@ -52,6 +53,27 @@ pub struct Saver {
     thread: Option<JoinHandle<()>>,
 }
 
+/// Snapshots handed to a saving thread and not written yet, in this process: a worker that
+/// stops waits for them ([`wait_for_saves`]) before it lets the workspace go, or the parse of
+/// a whole tree (two minutes for a kernel) would be lost to a stop right after it.
+static UNSAVED: (Mutex<usize>, Condvar) = (Mutex::new(0), Condvar::new());
+
+fn unsaved(change: isize) {
+    let (count, changed) = &UNSAVED;
+    let mut n = count.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    *n = n.saturating_add_signed(change);
+    changed.notify_all();
+}
+
+/// Waits until every snapshot handed to a saving thread is written, at most `limit`; `false`
+/// when some were still being written at the end.
+pub fn wait_for_saves(limit: Duration) -> bool {
+    let (count, changed) = &UNSAVED;
+    let n = count.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let (n, _) = changed.wait_timeout_while(n, limit, |n| *n > 0).unwrap_or_else(std::sync::PoisonError::into_inner);
+    *n == 0
+}
+
 impl Saver {
     pub fn start(file: PathBuf) -> Self {
         let (tx, rx) = mpsc::channel::<Snapshot>();
@@ -60,11 +82,14 @@ impl Saver {
             .name("gm-calls-save".into())
             .spawn(move || {
                 while let Ok(mut snapshot) = rx.recv() {
+                    let mut taken = 1;
                     while let Ok(newer) = rx.try_recv() {
                         snapshot = newer;
+                        taken += 1;
                     }
                     // A cache that cannot be written costs the next gm a parse, nothing else.
                     let _ = save(&to, &snapshot);
+                    unsaved(-taken);
                 }
             })
             .ok();
@@ -74,7 +99,13 @@ impl Saver {
 
     pub fn save(&self, snapshot: Snapshot) {
         let unsent = match &self.tx {
-            Some(tx) => tx.send(snapshot).err().map(|e| e.0),
+            Some(tx) => {
+                unsaved(1);
+                tx.send(snapshot).err().map(|e| {
+                    unsaved(-1);
+                    e.0
+                })
+            }
             None => Some(snapshot),
         };
         if let Some(snapshot) = unsent {

@@ -46,6 +46,7 @@ pub use answer::{
     CallSite, CallersReply, Definition, FoundReply, FoundSymbol, ImpactEdge, ImpactNode, ImpactReply, OutlineReply,
     OutlineSymbol,
 };
+pub use cache::wait_for_saves;
 pub use facts::DefKind;
 
 use super::tracked::{stat_all, tracked_files, Tracked};
