@@ -47,7 +47,7 @@ pub(super) struct Note {
 
 #[derive(Default)]
 struct Waiting {
-    notes: Vec<Box<Note>>,
+    notes: Vec<Note>,
     /// Callers of [`Deferred::flush`], told once everything before them is a span.
     flushes: Vec<mpsc::Sender<()>>,
 }
@@ -77,7 +77,7 @@ impl Deferred {
         if waiting.notes.len() >= QUEUE {
             return false;
         }
-        waiting.notes.push(note);
+        waiting.notes.push(*note);
         let first = waiting.notes.len() == 1;
         drop(waiting);
         if first {
