@@ -148,11 +148,9 @@ impl FileRefs {
         }
     }
 
-    fn defs_named(&self, name: &str) -> &[u32] {
-        match self.defs.binary_search_by(|d| (*d.name).cmp(name)) {
-            Ok(at) => &self.defs[at].indices,
-            Err(_) => &[],
-        }
+    /// Where `name` is in [`Self::defs`].
+    fn defined_at(&self, name: &str) -> Option<u32> {
+        self.defs.binary_search_by(|d| (*d.name).cmp(name)).ok().map(|at| at as u32)
     }
 
     /// The types the file's definitions of `name` belong to (`""` for none).
@@ -190,6 +188,9 @@ fn weight_of(name: &str) -> f64 {
 struct Ref {
     to: u32,
     name: u32,
+    /// Where the name is in `to`'s definitions ([`FileRefs::defs`]): found once per graph,
+    /// not by name at every map (a kernel's millions of references).
+    at: u32,
     weight: f64,
 }
 
@@ -323,13 +324,18 @@ impl Graph {
                 // Repeated calls count less than distinct ones (Aider takes the square root);
                 // a guess a tenth.
                 let weight = f64::from(*count).sqrt() * weight_of(name) * if guess { GUESS } else { 1.0 };
+                let at = |b: u32| nodes[b as usize].refs.defined_at(name);
                 if files.binary_search(&a).is_ok() {
-                    mine.push(Ref { to: a, name: *name_id, weight });
+                    if let Some(at) = at(a) {
+                        mine.push(Ref { to: a, name: *name_id, at, weight });
+                    }
                     continue;
                 }
                 let share = weight / files.len() as f64;
                 for &b in &files {
-                    mine.push(Ref { to: b, name: *name_id, weight: share });
+                    if let Some(at) = at(b) {
+                        mine.push(Ref { to: b, name: *name_id, at, weight: share });
+                    }
                     *pairs.entry((a, b)).or_default() += share;
                 }
             }
@@ -438,13 +444,13 @@ pub fn rank(graph: &Graph, store: &Store, focus: &Focus, under: Option<&str>) ->
     let mentioned: Vec<bool> = graph.names.iter().map(|n| focus.mentions(n)).collect();
     // The rank of each (file, name) defined there: what its referencing files give it.
     // Each sum runs in node order; the map's own order is undone by `picked` below.
-    let mut by_name: FxHashMap<(u32, u32), f64> = FxHashMap::default();
+    let mut by_name: FxHashMap<(u32, u32), (f64, u32)> = FxHashMap::default();
     for (a, refs) in graph.refs.iter().enumerate() {
         if graph.out[a] == 0.0 {
             continue;
         }
         for r in refs {
-            *by_name.entry((r.to, r.name)).or_default() += file_rank[a] * r.weight / graph.out[a];
+            by_name.entry((r.to, r.name)).or_insert((0.0, r.at)).0 += file_rank[a] * r.weight / graph.out[a];
         }
     }
     let mut picked: BTreeMap<(u32, u32), Ranked> = BTreeMap::new();
@@ -454,12 +460,12 @@ pub fn rank(graph: &Graph, store: &Store, focus: &Focus, under: Option<&str>) ->
         (false, true) => 1,
         (false, false) => 2,
     };
-    for (&(node, name), &score) in &by_name {
+    for (&(node, name), &(score, at)) in &by_name {
         if !in_scope(node) {
             continue;
         }
         let tier = tier(node, mentioned[name as usize]);
-        for &def in graph.nodes[node as usize].refs.defs_named(&graph.names[name as usize]) {
+        for &def in &graph.nodes[node as usize].refs.defs[at as usize].indices {
             picked.insert((node, def), Ranked { node, def, tier, score });
         }
     }
