@@ -306,3 +306,52 @@ fn searches_while_the_index_builds_reuse_an_earlier_scan_until_something_changes
     let done = events.iter().find(|e| e["state"] == "built").expect("a built event");
     assert_eq!(done["files"], 151, "{done}");
 }
+
+/// Searches sent one after another through a run_code body while the index builds are
+/// answered by the build (what it has committed plus a scan of the rest), each exactly as the
+/// built index answers it, up to and across the moment the build hands the index back.
+#[test]
+fn searches_during_the_build_through_run_code_answer_what_the_built_index_answers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    git(d, &["init", "-q", "-b", "main"]);
+    // 150 words, each on one line of 20 files spread over the tree (letters only: a word with
+    // digits is also indexed by its parts, and would match the others).
+    let word = |k: usize| format!("wombat{}{}", (b'a' + (k / 26) as u8) as char, (b'a' + (k % 26) as u8) as char);
+    for i in 0..3000 {
+        let body: String = (0..20).map(|j| format!("fn f{j}() {{ let filler{j} = {i}; }}\n")).collect();
+        write(d, &format!("src/m{:02}/f{i}.rs", i % 50), &format!("{body}let {} = {i};\n", word(i % 150)));
+    }
+    git(d, &["add", "."]);
+    git(d, &["commit", "-q", "-m", "init"]);
+    let mut gm = Gm::start_in(d, &[], &[("GM_SEARCH_SYNC_BYTES", "0")]);
+    gm.ready();
+    let words: Vec<String> = (0..150).map(word).collect();
+    let body = format!(
+        "const words = {};
+         const seen = [];
+         for (let n = 0; n < 400; n++) {{
+           const query = words[n % words.length];
+           const r = await gm.search({{ query, limit: 50 }});
+           seen.push({{ query, provisional: !!r.provisional, hits: r.hits.map(h => h.path + ':' + h.line).sort() }});
+           if (!r.provisional) break;
+         }}
+         return seen;",
+        json!(words)
+    );
+    let during = gm.js(&body);
+    let seen = during.as_array().expect("answers");
+    let provisional = seen.iter().filter(|s| s["provisional"] == true).count();
+    assert!(provisional >= 3, "the build ended before the searches could ask it: {provisional}");
+    for (n, s) in seen.iter().enumerate() {
+        let query = s["query"].as_str().expect("query");
+        let built = gm.js(&format!("return await gm.search({{ query: '{query}', limit: 50 }})"));
+        assert!(built.get("provisional").is_none(), "{built}");
+        let mut want = hits(&built);
+        want.sort();
+        assert_eq!(want.len(), 20, "{built}");
+        let got: Vec<String> =
+            s["hits"].as_array().expect("hits").iter().map(|h| h.as_str().unwrap_or("").to_owned()).collect();
+        assert_eq!(got, want, "search {n}, {query} (provisional: {})", s["provisional"]);
+    }
+}
