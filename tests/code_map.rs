@@ -55,9 +55,7 @@ fn fixture() -> tempfile::TempDir {
 }
 
 fn serve(dir: &Path, args: &[&str]) -> Gm {
-    let mut gm = Gm::start_in(dir, args, &[]);
-    gm.initialize("2025-11-25");
-    gm
+    Gm::ready_in(dir, args)
 }
 
 /// A gm on the default surface, ready for run_code bodies.

@@ -41,9 +41,7 @@ fn polyglot() -> tempfile::TempDir {
 }
 
 fn serve(dir: &Path, args: &[&str]) -> Gm {
-    let mut gm = Gm::start_in(dir, args, &[]);
-    gm.initialize("2025-11-25");
-    gm
+    Gm::ready_in(dir, args)
 }
 
 /// `kind owner.name path:line match` per symbol.

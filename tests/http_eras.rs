@@ -8,8 +8,8 @@ mod common;
 use std::path::Path;
 use std::process::Child;
 
-use common::{stop_worker, TIMEOUT};
-use reqwest::blocking::{Client, RequestBuilder};
+use common::stop_worker;
+use reqwest::blocking::RequestBuilder;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
@@ -18,36 +18,20 @@ const STATELESS: &str = "2026-07-28";
 /// A running `gm serve --http` without a token (loopback).
 struct Front {
     child: Child,
-    url: String,
     workspace: std::path::PathBuf,
-    client: Client,
+    http: common::HttpClient,
 }
 
 impl Front {
     fn start(workspace: &Path) -> Front {
         let (child, rx) = common::spawn_http_front(workspace, &["--http-token", "none"], &[]);
-        let url = loop {
-            let line = rx.recv_timeout(TIMEOUT).expect("gm prints where it listens");
-            if let Some(u) = line.strip_prefix("gm: listening on ") {
-                break u.to_owned();
-            }
-        };
-        let client = Client::builder().timeout(TIMEOUT).build().expect("client");
-        Front { child, url, workspace: workspace.to_owned(), client }
+        let http = common::HttpClient::of(&rx, None);
+        Front { child, workspace: workspace.to_owned(), http }
     }
 
     /// A POST of `body`, with `headers`.
     fn post(&self, body: &Value, headers: &[(&str, &str)]) -> RequestBuilder {
-        let mut req = self
-            .client
-            .post(&self.url)
-            .header("accept", "application/json, text/event-stream")
-            .header("content-type", "application/json")
-            .body(body.to_string());
-        for (k, v) in headers {
-            req = req.header(*k, *v);
-        }
-        req
+        self.http.request(body, headers)
     }
 
     fn send(&self, body: &Value, headers: &[(&str, &str)]) -> (StatusCode, Value) {

@@ -79,6 +79,13 @@ impl Gm {
         gm
     }
 
+    /// `gm serve <args>` in `workspace`, initialized (2025-11-25).
+    pub fn ready_in(workspace: &Path, args: &[&str]) -> Self {
+        let mut gm = Self::start_in(workspace, args, &[]);
+        gm.initialize("2025-11-25");
+        gm
+    }
+
     pub fn start_in(workspace: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
         let client = StdioClient::spawn(serve_command(workspace, args, env), Stderr::Inherit).expect("spawn gm");
         Self { client, workspace: workspace.to_owned(), _dir: None }
@@ -394,7 +401,8 @@ impl HttpClient {
         HttpClient { url, token, client }
     }
 
-    pub fn post(&self, session: Option<&str>, body: Value) -> reqwest::blocking::Response {
+    /// A POST of `body` with the MCP headers (and the token), and `headers`, not sent yet.
+    pub fn request(&self, body: &Value, headers: &[(&str, &str)]) -> reqwest::blocking::RequestBuilder {
         let mut req = self
             .client
             .post(&self.url)
@@ -404,10 +412,15 @@ impl HttpClient {
         if let Some(token) = &self.token {
             req = req.bearer_auth(token);
         }
-        if let Some(s) = session {
-            req = req.header("mcp-session-id", s);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
         }
-        req.send().expect("the front answers")
+        req
+    }
+
+    pub fn post(&self, session: Option<&str>, body: Value) -> reqwest::blocking::Response {
+        let session: Vec<(&str, &str)> = session.map(|s| ("mcp-session-id", s)).into_iter().collect();
+        self.request(&body, &session).send().expect("the front answers")
     }
 
     /// `initialize` then `notifications/initialized`: the session's id.
