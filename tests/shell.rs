@@ -371,3 +371,33 @@ fn a_background_job_runs_where_there_is_no_bash() {
     assert_eq!(info["state"], "exited", "{info}");
     assert_eq!((info["exitCode"].as_i64(), info["tail"].as_str()), (Some(0), Some("from sh\n")));
 }
+
+#[test]
+fn a_shell_that_leaves_a_process_holding_its_output_is_answered_and_the_process_ended() {
+    let mut gm = Gm::start(&[]);
+    gm.ready();
+    let started = Instant::now();
+    let r = gm.js("return await gm.run_shell({ command: 'sleep 1000 & echo $! > held.pid; echo done' })");
+    assert!(started.elapsed() < Duration::from_secs(30), "answered once the shell exited, not when sleep would");
+    assert_eq!(r["exitCode"], 0, "{r}");
+    assert_eq!(r["stdout"], "done\n");
+    let held = read_pid(&gm, "held.pid");
+    wait_until("the process holding the pipes to be ended", Duration::from_secs(5), || {
+        // SAFETY: signal 0 only checks for existence.
+        unsafe { libc::kill(held, 0) != 0 }
+    });
+}
+
+#[test]
+fn shells_run_back_to_back_each_report_their_own_output_and_exit_code() {
+    let mut gm = Gm::start(&[]);
+    gm.ready();
+    // The pipes' ends and the exit arrive in any order: a run of shells meets the orders.
+    let r = gm.js("const bad = [];
+         for (let i = 0; i < 300; i++) {
+           const r = await gm.run_shell({ command: `echo out${i}; echo err${i} >&2; exit ${i % 4}` });
+           if (r.stdout !== `out${i}\\n` || r.stderr !== `err${i}\\n` || r.exitCode !== i % 4) bad.push([i, r]);
+         }
+         return bad;");
+    assert_eq!(r, json!([]));
+}

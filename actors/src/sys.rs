@@ -76,6 +76,44 @@ pub fn wait_readable(fd: std::os::fd::RawFd, timeout: std::time::Duration) -> st
     }
 }
 
+/// Waits until one of `fds` has something to read (or was closed), up to `timeout` (`None`:
+/// no limit); says which. A negative descriptor is left out, as poll(2) does. An interrupted
+/// wait says nothing is ready, so the caller looks at its clocks and waits again.
+pub fn poll_readable<const N: usize>(
+    fds: [std::os::fd::RawFd; N],
+    timeout: Option<std::time::Duration>,
+) -> std::io::Result<[bool; N]> {
+    let mut pfds = fds.map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
+    // Rounded up: a wait of 0.4 ms must not spin as a wait of 0.
+    let ms = timeout.map_or(-1, |t| libc::c_int::try_from(t.as_micros().div_ceil(1000)).unwrap_or(libc::c_int::MAX));
+    // SAFETY: poll(2) on N pollfds we own, for the duration of the call.
+    let n = unsafe { libc::poll(pfds.as_mut_ptr(), N as libc::nfds_t, ms) };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        return if e.kind() == std::io::ErrorKind::Interrupted { Ok([false; N]) } else { Err(e) };
+    }
+    Ok(pfds.map(|p| p.fd >= 0 && p.revents != 0))
+}
+
+/// A descriptor that becomes readable when the process `pid` (a child of ours, not yet
+/// reaped) exits; `None` where the kernel has no pidfd (before Linux 5.3, other systems).
+pub fn process_exit_fd(pid: u32) -> Option<std::os::fd::OwnedFd> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::FromRawFd;
+        // SAFETY: pidfd_open(2) takes a pid and flags and returns a new descriptor or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+        let fd = i32::try_from(fd).ok().filter(|fd| *fd >= 0)?;
+        // SAFETY: the descriptor was just returned to us and nothing else owns it.
+        Some(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = pid;
+        None
+    }
+}
+
 /// Something whose readiness can be polled: a pipe, stdin (a descriptor on Unix).
 #[cfg(unix)]
 pub trait Pollable: std::os::fd::AsRawFd {}

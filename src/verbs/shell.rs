@@ -98,6 +98,7 @@ fn job_error(e: JobError) -> VerbError {
         JobError::DuplicateJob(name) => VerbError::DuplicateJob(name),
         JobError::BadName(_) | JobError::NoCwd(_) => VerbError::InvalidArgs(e.to_string()),
         JobError::Spawn(_) => VerbError::Unavailable(e.to_string()),
+        JobError::Lost(_) => VerbError::Internal(e.to_string()),
         JobError::Files { path, source } => VerbError::io("cannot write the job files", &path, source),
     }
 }

@@ -51,6 +51,8 @@ pub enum JobError {
     DuplicateJob(String),
     #[error("invalid job name '{0}': use 1-64 letters, digits, '.', '_' or '-'")]
     BadName(String),
+    #[error("the thread watching the shell failed: {0}")]
+    Lost(String),
     #[error("job files in {path}: {source}")]
     Files { path: PathBuf, source: std::io::Error },
 }
@@ -420,17 +422,35 @@ impl Handler<RunShell> for Jobs {
     type Result = ResponseActFuture<Self, Result<ShellOutcome, JobError>>;
     fn handle(&mut self, msg: RunShell, _: &mut Context<Self>) -> Self::Result {
         let spawned = spawn_shell(&msg.spec);
-        let pgid = spawned.as_ref().ok().and_then(|(c, _)| c.id()).map(|p| p as i32);
+        let pgid = spawned.as_ref().ok().map(|(c, _)| c.id() as i32);
         if let Some(pgid) = pgid {
             self.foreground.insert(pgid);
         }
         let work = async move {
             let (child, tmp) = spawned?;
-            let outcome = wait_shell(child, msg.spec, msg.cancel).await;
-            if let Some(tmp) = tmp {
-                let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(tmp)).await;
-            }
-            Ok(outcome)
+            let pgid = child.id() as i32;
+            let cancelled = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let flag = cancelled.clone();
+            let spec = msg.spec;
+            let mut watch = tokio::task::spawn_blocking(move || {
+                let outcome = wait_shell(child, &spec, &flag);
+                if let Some(tmp) = tmp {
+                    let _ = std::fs::remove_dir_all(tmp);
+                }
+                outcome
+            });
+            let outcome = tokio::select! {
+                outcome = &mut watch => outcome,
+                () = msg.cancel.cancelled() => {
+                    cancelled.store(true, std::sync::atomic::Ordering::Relaxed);
+                    sys::kill_group(pgid);
+                    watch.await
+                }
+            };
+            outcome.map_err(|e| {
+                sys::kill_group(pgid);
+                JobError::Lost(e.to_string())
+            })
         };
         Box::pin(work.into_actor(self).map(move |res, act, _| {
             if let Some(pgid) = pgid {

@@ -40,6 +40,25 @@ pub(super) async fn terminate_group(pgid: i32, alive: impl Fn() -> bool) {
     sys::kill_group(pgid);
 }
 
+/// [`terminate_group`] for a thread of its own. `reap` is called at each turn, so that a
+/// leader that already exited (a zombie still counts as a member of its group) is not waited
+/// for.
+pub(super) fn terminate_group_blocking(pgid: i32, mut reap: impl FnMut()) {
+    if pgid <= 0 {
+        return;
+    }
+    sys::term_group(pgid);
+    let deadline = Instant::now() + KILL_GRACE;
+    loop {
+        reap();
+        if Instant::now() >= deadline || !sys::group_exists(pgid) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    sys::kill_group(pgid);
+}
+
 /// Whether `pid` is alive and is the process that was started (same start time).
 pub(super) fn process_matches(pid: u32, start: Option<u64>) -> bool {
     if !sys::process_exists(pid) {

@@ -4,12 +4,15 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
-use tokio::io::AsyncReadExt;
+use std::io::Read;
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::process::{shell, terminate_group};
+use serde::Serialize;
+
+use super::process::{shell, terminate_group_blocking as terminate_group};
 use super::JobError;
-use crate::cancel::CancelToken;
 use crate::capture::{Capture, Captured, Redactor};
 use crate::sys;
 
@@ -48,7 +51,7 @@ pub struct ShellOutcome {
 
 /// Starts the shell; with a read-only box, also returns its private temporary folder, which
 /// the caller removes when the shell is done.
-pub(super) fn spawn_shell(spec: &ShellSpec) -> Result<(tokio::process::Child, Option<PathBuf>), JobError> {
+pub(super) fn spawn_shell(spec: &ShellSpec) -> Result<(std::process::Child, Option<PathBuf>), JobError> {
     if !spec.cwd.is_dir() {
         return Err(JobError::NoCwd(spec.cwd.clone()));
     }
@@ -57,10 +60,9 @@ pub(super) fn spawn_shell(spec: &ShellSpec) -> Result<(tokio::process::Child, Op
     let mut cmd = match &spec.confine {
         Some(confine) => confine
             .command(shell(), ["-c", spec.command.as_str()], tmp.as_deref())
-            .map(tokio::process::Command::from)
             .map_err(|e| JobError::Spawn(std::io::Error::new(std::io::ErrorKind::PermissionDenied, e.to_string())))?,
         None => {
-            let mut cmd = tokio::process::Command::new(shell());
+            let mut cmd = std::process::Command::new(shell());
             cmd.arg("-c").arg(&spec.command);
             cmd
         }
@@ -70,8 +72,7 @@ pub(super) fn spawn_shell(spec: &ShellSpec) -> Result<(tokio::process::Child, Op
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(false);
+        .process_group(0);
     match cmd.spawn() {
         Ok(child) => Ok((child, tmp)),
         Err(e) => {
@@ -98,64 +99,92 @@ pub(super) fn private_tmp(confine: &crate::sandbox::Confinement) -> Result<Optio
     Ok(Some(dir))
 }
 
-pub(super) async fn wait_shell(mut child: tokio::process::Child, spec: ShellSpec, cancel: CancelToken) -> ShellOutcome {
+/// Reads the shell's output until it ends, on a thread of its own: one `poll` over both pipes
+/// and the process's exit wakes only this thread, and the worker is woken once, with the
+/// outcome (a shell awaited on the worker's runtime woke it for every pipe event, the exit and
+/// each timer, which was most of run_shell's cost over `bash -c` itself).
+///
+/// `cancelled` is set (and the group killed) by whoever awaits this; the loop then sees the
+/// pipes close and the exit like any other end.
+pub(super) fn wait_shell(mut child: std::process::Child, spec: &ShellSpec, cancelled: &AtomicBool) -> ShellOutcome {
     let started = Instant::now();
-    let pgid = child.id().map_or(0, |p| p as i32);
+    let pgid = child.id() as i32;
     let mut out = Capture::new(spec.inline_cap, spec.spill_stem.with_extension("stdout.txt"));
     let mut err = Capture::new(spec.inline_cap, spec.spill_stem.with_extension("stderr.txt"));
     let mut stdout = child.stdout.take();
     let mut stderr = child.stderr.take();
-    let mut obuf = vec![0u8; 64 * 1024];
-    let mut ebuf = vec![0u8; 64 * 1024];
-    let deadline = tokio::time::Instant::now() + spec.timeout;
+    // Where the kernel cannot say when the process exits, it is asked at every turn.
+    let exit_fd = sys::process_exit_fd(child.id());
+    // The watching threads are reused: each keeps one read buffer instead of zeroing a new
+    // one per shell.
+    thread_local!(static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) });
+    let mut buf = BUF.with(|b| std::mem::take(&mut *b.borrow_mut()));
+    buf.resize(64 * 1024, 0);
+    let deadline = started + spec.timeout;
     let mut timed_out = false;
-    let mut cancelled = false;
     let mut status = None;
-    let mut drain_until: Option<tokio::time::Instant> = None;
-    loop {
-        if stdout.is_none() && stderr.is_none() && status.is_some() {
-            break;
+    let mut drain_until: Option<Instant> = None;
+    while stdout.is_some() || stderr.is_some() || status.is_none() {
+        let now = Instant::now();
+        if status.is_none() && !timed_out && now >= deadline && !cancelled.load(Ordering::Relaxed) {
+            timed_out = true;
+            terminate_group(pgid, || {
+                if status.is_none() {
+                    status = child.try_wait().ok().flatten();
+                }
+            });
+            if status.is_some() {
+                drain_until = Some(Instant::now() + DRAIN);
+            }
         }
-        let drain = async {
-            match drain_until {
-                Some(t) => tokio::time::sleep_until(t).await,
-                None => std::future::pending().await,
+        if drain_until.is_some_and(|t| now >= t) {
+            // The shell is gone but something it started still holds the pipes: end it.
+            sys::kill_group(pgid);
+            stdout = None;
+            stderr = None;
+            continue;
+        }
+        let mut wait = drain_until.or((!timed_out && status.is_none()).then_some(deadline)).map(|t| t - now);
+        if exit_fd.is_none() && status.is_none() {
+            wait = Some(wait.map_or(NO_EXIT_FD_TURN, |w| w.min(NO_EXIT_FD_TURN)));
+        }
+        let fds = [
+            raw(stdout.as_ref()),
+            raw(stderr.as_ref()),
+            if status.is_none() { exit_fd.as_ref().map_or(-1, AsRawFd::as_raw_fd) } else { -1 },
+        ];
+        let ready = match sys::poll_readable(fds, wait) {
+            Ok(ready) => ready,
+            // Never seen (poll fails only for want of memory): try again a moment later.
+            Err(_) => {
+                std::thread::sleep(NO_EXIT_FD_TURN);
+                [false, false, true]
             }
         };
-        tokio::select! {
-            n = read_some(&mut stdout, &mut obuf) => match n {
-                Some(n) => out.push(&obuf[..n]),
-                None => stdout = None,
-            },
-            n = read_some(&mut stderr, &mut ebuf) => match n {
-                Some(n) => err.push(&ebuf[..n]),
-                None => stderr = None,
-            },
-            s = child.wait(), if status.is_none() => {
-                status = Some(s);
-                drain_until = Some(tokio::time::Instant::now() + DRAIN);
+        if ready[0] && !read_into(&mut stdout, &mut buf, &mut out) {
+            stdout = None;
+        }
+        if ready[1] && !read_into(&mut stderr, &mut buf, &mut err) {
+            stderr = None;
+        }
+        if status.is_none() && (ready[2] || exit_fd.is_none()) {
+            match child.try_wait() {
+                Ok(Some(s)) => status = Some(s),
+                Ok(None) => {}
+                // Not ours to wait for any more: nothing will say more about its end.
+                Err(_) => status = Some(std::process::ExitStatus::default()),
             }
-            () = tokio::time::sleep_until(deadline), if !timed_out && !cancelled && status.is_none() => {
-                timed_out = true;
-                terminate_group(pgid, || true).await;
-            }
-            () = cancel.cancelled(), if !cancelled && !timed_out && status.is_none() => {
-                cancelled = true;
-                sys::kill_group(pgid);
-            }
-            () = drain => {
-                // The shell is gone but something it started still holds the pipes: end it.
-                sys::kill_group(pgid);
-                stdout = None;
-                stderr = None;
+            if status.is_some() {
+                drain_until = Some(Instant::now() + DRAIN);
             }
         }
     }
+    BUF.with(|b| *b.borrow_mut() = buf);
     // Nothing of the group may outlive a foreground shell.
     sys::kill_group(pgid);
-    let (exit_code, signal) = match status {
-        Some(Ok(s)) => (s.code(), sys::exit_signal(&s)),
-        _ => (None, None),
+    let (exit_code, signal) = match &status {
+        Some(s) => (s.code(), sys::exit_signal(s)),
+        None => (None, None),
     };
     ShellOutcome {
         exit_code,
@@ -164,17 +193,30 @@ pub(super) async fn wait_shell(mut child: tokio::process::Child, spec: ShellSpec
         stderr: err.finish(&spec.redactor),
         duration_ms: started.elapsed().as_millis() as u64,
         timed_out,
-        cancelled,
+        cancelled: cancelled.load(Ordering::Relaxed),
     }
 }
 
-/// Reads some bytes from a pipe; `None` at its end (or when there is no pipe: then never).
-async fn read_some<R: tokio::io::AsyncRead + Unpin>(pipe: &mut Option<R>, buf: &mut [u8]) -> Option<usize> {
-    match pipe {
-        Some(p) => match p.read(buf).await {
-            Ok(0) | Err(_) => None,
-            Ok(n) => Some(n),
-        },
-        None => std::future::pending().await,
+/// Without a descriptor for the process's exit, how often it is asked whether it ended.
+const NO_EXIT_FD_TURN: Duration = Duration::from_millis(5);
+
+fn raw(pipe: Option<&impl AsRawFd>) -> std::os::fd::RawFd {
+    pipe.map_or(-1, AsRawFd::as_raw_fd)
+}
+
+/// Reads what a ready pipe has into `capture`; false at its end (or on an error, which ends
+/// it too).
+fn read_into(pipe: &mut Option<impl Read>, buf: &mut [u8], capture: &mut Capture) -> bool {
+    let Some(p) = pipe else { return false };
+    loop {
+        match p.read(buf) {
+            Ok(0) => return false,
+            Ok(n) => {
+                capture.push(&buf[..n]);
+                return true;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return false,
+        }
     }
 }
