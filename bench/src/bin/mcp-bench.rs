@@ -716,9 +716,11 @@ fn sandbox(args: &[String]) {
     println!("{}", json!({ "measure": "run_shell overhead over bash -c, paired", "p50": paired.overhead_p50 }));
 }
 
-/// `mcp-bench otel --gm BIN --dir DIR [--n N] [--rounds R]`: `stat_file` round trips with
-/// OpenTelemetry export off, on with a collector that refuses every connection (a closed
-/// port), and on with one that accepts and never answers — side by side, R rounds alternating,
+/// `mcp-bench otel --gm BIN --dir DIR [--n N] [--rounds R] [--gap-ms MS]`: `stat_file` round
+/// trips with OpenTelemetry export off, on with a collector that accepts every batch, one that
+/// refuses every connection (a closed port), and one that accepts and never answers — side by
+/// side, in blocks with a quiet gap after each (120 ms unless said), R rounds alternating,
+/// with a second worker with export off as the control,
 /// each configuration its own workspace and worker. p50 and p99 per configuration, and their
 /// ratio to export off (the bound: within 5 %).
 fn otel(args: &[String]) {
@@ -753,11 +755,14 @@ fn otel(args: &[String]) {
     let stuck_url = format!("http://{stuck_addr}");
     let accepting_url = format!("http://{accepting_addr}");
     let idle = std::path::PathBuf::from("2000");
-    let configs: [(&str, Option<&str>); 4] = [
+    // A second worker with export off is the control: how far two identical workers differ
+    // here is how far a ratio to export off can be read.
+    let configs: [(&str, Option<&str>); 5] = [
         ("export off", None),
         ("export on, collector accepting", Some(&accepting_url)),
         ("export on, collector refusing", Some(&refused_url)),
         ("export on, collector never answering", Some(&stuck_url)),
+        ("export off, a second worker (control)", None),
     ];
     let mut servers: Vec<(Server, String)> = configs
         .iter()
@@ -800,8 +805,15 @@ fn otel(args: &[String]) {
     let cpu_before: Vec<(f64, f64)> = workers.iter().map(|p| p.map_or((0.0, 0.0), thread_cpu)).collect();
     // In blocks of `BLOCK` calls, the settings in turns, each round starting at another one:
     // the machine's slow phases fall on every setting alike, and a block is not disturbed by
-    // another worker's log still syncing (call-by-call turns measured mostly that).
+    // another worker's log still syncing (call-by-call turns measured mostly that). After
+    // each block, a quiet `GAP` for every setting alike: what a worker does after its calls
+    // (its log's sync, its span thread's gathered batch, 50 ms on) then falls in its own gap,
+    // not in the next worker's block. Without it, each setting always followed the same one
+    // (the collector refusing followed the accepting one) and its p99 measured its
+    // predecessor's export.
     const BLOCK: usize = 500;
+    let gap =
+        arg(args, "--gap-ms").and_then(|ms| ms.parse().ok()).map_or(Duration::from_millis(120), Duration::from_millis);
     let count = servers.len();
     for round in 0..rounds * n.div_ceil(BLOCK) {
         for k in 0..count {
@@ -812,6 +824,7 @@ fn otel(args: &[String]) {
                 servers[i].0.read_reply();
                 times[i].push(t.elapsed().as_secs_f64() * 1e6);
             }
+            std::thread::sleep(gap);
         }
     }
     let cpu_after: Vec<(f64, f64)> = workers.iter().map(|p| p.map_or((0.0, 0.0), thread_cpu)).collect();
