@@ -239,7 +239,14 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
             sandbox: sandbox.clone(),
         });
         // The worker outlives sessions: config edits and approvals reach the running servers.
-        crate::config_watch::follow(ctx.children.clone(), workspace.clone(), opts.mcp_config.clone());
+        let otel_log = log.clone();
+        crate::config_watch::follow(
+            ctx.children.clone(),
+            workspace.clone(),
+            opts.mcp_config.clone(),
+            crate::sandbox_config::home_config(),
+            move |fields| otel_log.do_send(Event::new("otel", fields)),
+        );
         log.do_send(Event::new(
             "start",
             json!({

@@ -574,3 +574,101 @@ fn the_users_config_file_alone_turns_export_on() {
     assert_eq!(named(&spans, "tools/call stat_file")[0]["resource"]["service.name"], "gm-from-file");
     common::shut_down(gm);
 }
+
+#[test]
+fn a_running_worker_follows_the_users_config_file_turning_export_on_changing_it_and_off() {
+    let first = Receiver::start(&[]);
+    let second = Receiver::start(&[]);
+    let home = tempfile::tempdir().expect("home");
+    std::fs::create_dir_all(home.path().join(".gmnew")).expect("gmnew");
+    let config_file = home.path().join(".gmnew/config.json");
+    let home_s = home.path().to_string_lossy().into_owned();
+    let env = [("HOME", home_s.as_str()), ("OTEL_BSP_SCHEDULE_DELAY", "100"), ("GM_CONFIG_POLL_MS", "50")];
+    let mut gm = Gm::start_in_temp(&[], &env);
+    gm.ready();
+    std::fs::write(gm.workspace.join("a.txt"), "x").expect("write");
+    // Off at start: nothing to say, nothing sent.
+    gm.js("await gm.stat_file({ path: 'a.txt' }); return 1");
+    assert!(gm.events_of("otel").is_empty());
+
+    // The user turns export on: the running worker exports its next calls.
+    let on = |endpoint: String, service: &str| json!({ "otel": { "endpoint": endpoint, "serviceName": service } });
+    std::fs::write(&config_file, on(first.endpoint(), "gm-first").to_string()).expect("config");
+    wait_events(&mut gm, 1);
+    gm.js("await gm.stat_file({ path: 'a.txt' }); return 1");
+    let spans = first.wait_for("span", "a span after export was turned on", |s| has(s, "execute_tool stat_file"));
+    assert_eq!(named(&spans, "tools/call run_code")[0]["resource"]["service.name"], "gm-first");
+    let said = gm.events_of("otel")[0]["exporting"]["traces"]["endpoint"].to_string();
+    assert!(said.contains(&first.port.to_string()), "{said}");
+
+    // Pointed elsewhere: the next calls go to the new collector, none of them to the old.
+    std::fs::write(&config_file, on(second.endpoint(), "gm-second").to_string()).expect("config");
+    wait_events(&mut gm, 2);
+    let before = first.records("span").len();
+    gm.js("await gm.read_file({ path: 'a.txt' }); return 2");
+    let spans = second.wait_for("span", "a span at the new collector", |s| has(s, "execute_tool read_file"));
+    assert_eq!(named(&spans, "execute_tool read_file")[0]["resource"]["service.name"], "gm-second");
+    assert!(!has(&first.records("span")[before..], "execute_tool read_file"), "the old collector got a new call");
+
+    // A file that cannot be read leaves export as it was, and says so.
+    std::fs::write(&config_file, "{ not json").expect("config");
+    wait_events(&mut gm, 3);
+    let events = gm.events_of("otel");
+    assert!(events[2]["error"].is_string(), "{events:?}");
+
+    // Turned off: nothing more is sent anywhere.
+    std::fs::write(&config_file, r#"{"sandbox": {"mode": "off"}}"#).expect("config");
+    wait_events(&mut gm, 4);
+    assert_eq!(gm.events_of("otel")[3]["exporting"], Value::Null);
+    std::thread::sleep(Duration::from_millis(500));
+    let sent = second.records("span").len();
+    gm.js("await gm.stat_file({ path: 'a.txt' }); return 3");
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(second.records("span").len(), sent, "export went on after it was turned off");
+    common::shut_down(gm);
+}
+
+/// Waits until the worker logged `n` `otel` events.
+fn wait_events(gm: &mut Gm, n: usize) {
+    let deadline = Instant::now() + TIMEOUT;
+    while gm.events_of("otel").len() < n {
+        assert!(Instant::now() < deadline, "{n} otel events: {:?}", gm.events_of("otel"));
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+#[test]
+fn calls_go_on_unharmed_while_the_config_file_turns_export_on_and_off_under_them() {
+    let receiver = Receiver::start(&[]);
+    let home = tempfile::tempdir().expect("home");
+    std::fs::create_dir_all(home.path().join(".gmnew")).expect("gmnew");
+    let config_file = home.path().join(".gmnew/config.json");
+    let home_s = home.path().to_string_lossy().into_owned();
+    let env = [("HOME", home_s.as_str()), ("OTEL_BSP_SCHEDULE_DELAY", "50"), ("GM_CONFIG_POLL_MS", "10")];
+    let mut gm = Gm::start_in_temp(&[], &env);
+    gm.ready();
+    std::fs::write(gm.workspace.join("a.txt"), "x").expect("write");
+    let on = json!({ "otel": { "endpoint": receiver.endpoint() } }).to_string();
+    // Thirty switches, one every 30 ms, while bodies make calls the whole time.
+    let toggler = std::thread::spawn(move || {
+        for n in 0..30 {
+            let text =
+                if n % 2 == 0 { on.clone() } else { format!("{{\"sandbox\": {{\"mode\": \"off\"}}, \"n\": {n}}}") };
+            std::fs::write(&config_file, text).expect("config");
+            std::thread::sleep(Duration::from_millis(30));
+        }
+    });
+    let mut rounds = 0;
+    while !toggler.is_finished() || rounds < 3 {
+        let r = gm.js("let ok = 0;
+             for (let i = 0; i < 200; i++) { const s = await gm.stat_file({ path: 'a.txt' }); if (s.exists) ok++; }
+             return ok;");
+        assert_eq!(r, 200, "round {rounds}");
+        rounds += 1;
+    }
+    toggler.join().expect("toggler");
+    let events = gm.events_of("otel");
+    assert!(events.len() > 3, "the worker followed the switches: {events:?}");
+    assert_eq!(gm.js("return (await gm.stat_file({ path: 'a.txt' })).exists"), true);
+    common::shut_down(gm);
+}

@@ -50,6 +50,8 @@ struct Waiting {
     notes: Vec<Note>,
     /// Callers of [`Deferred::flush`], told once everything before them is a span.
     flushes: Vec<mpsc::Sender<()>>,
+    /// The export this thread served was replaced: it ends once nothing is waiting.
+    stopped: bool,
 }
 
 #[derive(Default)]
@@ -86,6 +88,14 @@ impl Deferred {
         true
     }
 
+    /// Ends the thread once what is waiting is built (the export it serves was replaced).
+    pub fn stop(&self) {
+        if let Ok(mut waiting) = self.queue.waiting.lock() {
+            waiting.stopped = true;
+        }
+        self.queue.arrived.notify_one();
+    }
+
     /// Waits, at most `within`, until every note sent so far is a span.
     pub fn flush(&self, within: Duration) {
         let (done, wait) = mpsc::channel();
@@ -102,6 +112,9 @@ fn run(queue: &Queue, tracer: Option<SdkTracer>, operation: Option<Histogram<f64
     loop {
         let Ok(mut waiting) = queue.waiting.lock() else { return };
         while waiting.notes.is_empty() && waiting.flushes.is_empty() {
+            if waiting.stopped {
+                return;
+            }
             waiting = match queue.arrived.wait(waiting) {
                 Ok(w) => w,
                 Err(_) => return,
@@ -116,7 +129,11 @@ fn run(queue: &Queue, tracer: Option<SdkTracer>, operation: Option<Histogram<f64
                 Err(_) => return,
             };
         }
-        let batch = std::mem::take(&mut *waiting);
+        let batch = Waiting {
+            notes: std::mem::take(&mut waiting.notes),
+            flushes: std::mem::take(&mut waiting.flushes),
+            stopped: false,
+        };
         drop(waiting);
         for note in &batch.notes {
             if let Some(tracer) = &tracer {

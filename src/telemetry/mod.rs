@@ -1,6 +1,7 @@
 //! OpenTelemetry export (OTLP) of the worker's requests and tool calls, when the user turns it
-//! on (issue 38). Off — the usual case — nothing is built and every hook is one load of an
-//! empty [`OnceLock`].
+//! on (issue 38). Off — the usual case — nothing is built and every hook is one load of a null
+//! pointer. The worker follows the user's config file ([`follow`]): an export it turns on, off
+//! or changes replaces the running one, which sends what it holds and stops.
 //!
 //! - `config`: whether export is on, from the `OTEL_*` variables and `~/.gmnew/config.json`.
 //! - `export`: the tracer and meter providers (opentelemetry-otlp, off the arbiters).
@@ -16,8 +17,8 @@ mod metrics;
 pub mod replay;
 pub mod spans;
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
@@ -59,11 +60,21 @@ pub struct Telemetry {
     ended: AtomicU64,
     /// What the exporter sent and what failed.
     counts: Arc<export::SpanCounts>,
-    /// gRPC exporters' runtime; lives as long as the process.
-    _runtime: Option<tokio::runtime::Runtime>,
+    /// gRPC exporters' runtime, stopped when this export is replaced.
+    runtime: Mutex<Option<tokio::runtime::Runtime>>,
+    /// What it was built from: a config file that resolves to the same changes nothing.
+    config: OtelConfig,
 }
 
-static TELEMETRY: OnceLock<Telemetry> = OnceLock::new();
+/// The running export; null when off. Each is a leaked box, never freed: a request holds its
+/// export as `&'static` while it runs, and an export is replaced only when the user edits the
+/// config file, so the few hundred bytes a replaced one leaves are the price of a hot path that
+/// is one load.
+static TELEMETRY: AtomicPtr<Telemetry> = AtomicPtr::new(std::ptr::null_mut());
+/// Starting and replacing the export, one at a time.
+static SWITCH: Mutex<()> = Mutex::new(());
+/// The worker the resource names, from the first [`start`].
+static WORKER: OnceLock<(String, String)> = OnceLock::new();
 
 /// What the resource says of the worker.
 pub struct Worker<'a> {
@@ -74,7 +85,17 @@ pub struct Worker<'a> {
 
 /// The running export, `None` when it is off.
 pub fn get() -> Option<&'static Telemetry> {
-    TELEMETRY.get()
+    let running = TELEMETRY.load(Ordering::Acquire);
+    // SAFETY: a non-null pointer came from `Box::into_raw` in `install` and is never freed.
+    unsafe { running.as_ref() }
+}
+
+/// Makes `next` the running export; returns the one it replaced.
+fn install(next: Option<Telemetry>) -> Option<&'static Telemetry> {
+    let raw = next.map_or(std::ptr::null_mut(), |t| Box::into_raw(Box::new(t)));
+    let before = TELEMETRY.swap(raw, Ordering::AcqRel);
+    // SAFETY: as in `get`: from `Box::into_raw`, never freed.
+    unsafe { before.as_ref() }
 }
 
 /// Starts export when the environment or `~/.gmnew/config.json` turns it on; `Ok(None)` when
@@ -83,12 +104,61 @@ pub fn start(
     worker: &Worker<'_>,
     home_config: Option<&std::path::Path>,
 ) -> Result<Option<&'static Telemetry>, TelemetryError> {
-    if let Some(t) = TELEMETRY.get() {
+    let _one = SWITCH.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let worker = WORKER.get_or_init(|| (worker.workspace_name.to_owned(), worker.worker_id.to_owned()));
+    if let Some(t) = get() {
         return Ok(Some(t));
     }
     let env = |var: &str| std::env::var(var).ok();
     let Some(config) = config::resolve(&env, home_config)? else { return Ok(None) };
-    let resource = resource(&config, worker, &env);
+    let telemetry = build(config, worker)?;
+    install(Some(telemetry));
+    Ok(get())
+}
+
+/// Reads the user's config file again (it changed): an export it turns on, off or changes
+/// replaces the running one, which sends what it holds and stops on a thread of its own.
+/// Returns what to log (the `otel` event's fields), `None` when nothing changed. A file that
+/// cannot be read leaves export as it was.
+pub fn follow(home_config: Option<&std::path::Path>) -> Option<serde_json::Value> {
+    let _one = SWITCH.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let worker = WORKER.get()?;
+    let env = |var: &str| std::env::var(var).ok();
+    let kept = |e: &dyn std::fmt::Display| {
+        Some(serde_json::json!({ "error": e.to_string(), "then": "export goes on as it was" }))
+    };
+    let wanted = match config::resolve(&env, home_config) {
+        Ok(wanted) => wanted,
+        Err(e) => return kept(&e),
+    };
+    if get().map(|t| &t.config) == wanted.as_ref() {
+        return None;
+    }
+    let next = match wanted.map(|config| build(config, worker)).transpose() {
+        Ok(next) => next,
+        Err(e) => return kept(&e),
+    };
+    let retired = install(next);
+    if let Some(old) = retired {
+        let _ = std::thread::Builder::new().name("gm-otel-retire".into()).spawn(move || {
+            flush(old);
+            if let Some(d) = &old.deferred {
+                d.stop();
+            }
+            let runtime = old.runtime.lock().ok().and_then(|mut r| r.take());
+            if let Some(runtime) = runtime {
+                runtime.shutdown_background();
+            }
+        });
+    }
+    let exporting = get().map_or(serde_json::Value::Null, |t| t.describe().clone());
+    Some(serde_json::json!({ "exporting": exporting, "changed": true }))
+}
+
+fn build(config: OtelConfig, worker: &(String, String)) -> Result<Telemetry, TelemetryError> {
+    let env = |var: &str| std::env::var(var).ok();
+    let worker = Worker { workspace_name: &worker.0, worker_id: &worker.1 };
+    let resource = resource(&config, &worker, &env);
     let providers = export::build(&config, resource)?;
     let tracer = providers.tracer.as_ref().map(|p| p.tracer_with_scope(scope()));
     let instruments = providers.meter.as_ref().map(|p| {
@@ -105,7 +175,7 @@ pub fn start(
         Some(s) => serde_json::json!({ "protocol": s.protocol.as_str(), "endpoint": s.endpoint }),
         None => serde_json::Value::Null,
     };
-    let telemetry = Telemetry {
+    Ok(Telemetry {
         described: serde_json::json!({ "traces": signal(&config.traces), "metrics": signal(&config.metrics), "content": config.content }),
         tracer_provider: providers.tracer,
         meter_provider: providers.meter,
@@ -115,9 +185,9 @@ pub fn start(
         content: config.content,
         ended: AtomicU64::new(0),
         counts: providers.counts,
-        _runtime: providers.runtime,
-    };
-    Ok(Some(TELEMETRY.get_or_init(|| telemetry)))
+        runtime: Mutex::new(providers.runtime),
+        config,
+    })
 }
 
 /// gm's instrumentation scope: its name and version.
@@ -215,15 +285,19 @@ const LOSS_LOOK: Duration = Duration::from_secs(60);
 /// down, not only at exit. Spans still in the batch queue count as unsent until sent, so a
 /// look reports only a rise of failures, or of unsent spans that outlasts a whole period.
 pub fn watch_losses(report: impl Fn(serde_json::Value) + Send + 'static) {
-    let Some(t) = get() else { return };
     let every = std::env::var("GM_OTEL_LOSS_MS")
         .ok()
         .and_then(|ms| ms.trim().parse().ok())
         .map_or(LOSS_LOOK, Duration::from_millis);
+    // Looks at whichever export runs: the config file may turn it on, or replace it, later.
     let _ = std::thread::Builder::new().name("gm-otel-losses".into()).spawn(move || {
-        let (mut failed_before, mut unsent_before) = (0, 0);
+        let (mut watched, mut failed_before, mut unsent_before) = (std::ptr::null::<Telemetry>(), 0, 0);
         loop {
             std::thread::sleep(every);
+            let Some(t) = get() else { continue };
+            if !std::ptr::eq(t, watched) {
+                (watched, failed_before, unsent_before) = (t, 0, 0);
+            }
             let (ended, exported, failed, unsent) = t.span_counts();
             // Unsent counts only when it stayed up over a whole period: a queue that drains
             // between looks is no loss.
