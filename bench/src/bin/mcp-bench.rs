@@ -646,7 +646,7 @@ fn child(args: &[String]) {
     println!("| gm adds | {:.1} | {:.1} |", p50 - direct.p50_us, p99 - direct.p99_us);
 }
 
-/// `mcp-bench sandbox --gm BIN --dir DIR [--n N] [--rounds R]`: run_shell `true` unconfined,
+/// `mcp-bench sandbox --gm BIN --dir DIR [--n N] [--rounds R] [--no-relay] [--plain]`: run_shell `true` unconfined,
 /// under `--sandbox workspace-write`, and with the network off too, side by side in alternating
 /// rounds (each configuration its own workspace and worker), with `bash -c true` as the floor.
 fn sandbox(args: &[String]) {
@@ -659,11 +659,14 @@ fn sandbox(args: &[String]) {
     std::fs::write(defaults.join("mcp.json"), r#"{"mcpServers":{}}"#).expect("defaults");
     let idle = std::path::Path::new("2000");
     let env = [("GM_DEFAULTS_DIR", defaults.as_path()), ("GM_WORKER_IDLE_MS", idle)];
-    let configs: [(&str, &[&str]); 3] = [
+    let boxes: [(&str, &[&str]); 3] = [
         ("unconfined", &["--sandbox", "off"]),
         ("workspace-write", &["--sandbox", "workspace-write"]),
         ("workspace-write, network off", &["--sandbox", "workspace-write", "--sandbox-network", "off"]),
     ];
+    // `--plain`: the unconfined worker alone, started with no sandbox flag, so that a build
+    // from before the sandbox can be measured the same way.
+    let configs: &[(&str, &[&str])] = if args.iter().any(|a| a == "--plain") { &[("unconfined", &[])] } else { &boxes };
     let mut servers: Vec<Server> = configs
         .iter()
         .enumerate()
@@ -673,6 +676,10 @@ fn sandbox(args: &[String]) {
             let mut cmd = vec![gm.clone(), "serve".into(), "--surface".into(), "tools".into(), "--workspace".into()];
             cmd.push(ws.to_string_lossy().into_owned());
             cmd.extend(flags.iter().map(|f| f.to_string()));
+            // The worker in the host's own process, with no relay between (`--no-relay`).
+            if args.iter().any(|a| a == "--no-relay") {
+                cmd.push("--no-relay".into());
+            }
             let mut s = Server::spawn_env(&cmd, &env);
             s.initialize();
             s
@@ -713,7 +720,14 @@ fn sandbox(args: &[String]) {
          overhead (median of paired differences) {:.0} µs",
         paired.shell_p50, paired.bash_p50, paired.overhead_p50
     );
+    println!(
+        "of which any capturing runner pays {:.0} µs (bash piped, own group, a cwd: median of paired differences) \
+         and any call through gm {:.0} µs (stat_file round trip p50, same worker, same turns)",
+        paired.capture_p50, paired.call_p50
+    );
     println!("{}", json!({ "measure": "run_shell overhead over bash -c, paired", "p50": paired.overhead_p50 }));
+    println!("{}", json!({ "measure": "capture's cost to any runner, paired", "p50": paired.capture_p50 }));
+    println!("{}", json!({ "measure": "stat_file round trip, same worker", "p50": paired.call_p50 }));
 }
 
 /// `mcp-bench otel --gm BIN --dir DIR [--n N] [--rounds R] [--gap-ms MS]`: `stat_file` round
@@ -911,20 +925,32 @@ fn answer_ok(mut conn: std::net::TcpStream) {
     }
 }
 
-/// run_shell `true` and `bash -c true` (spawned here, by `bash`'s path) taken in turns.
+/// run_shell `true` and `bash -c true` (spawned here, by `bash`'s path) taken in turns, with
+/// the two floors under the difference taken in the same turns: `bash -c true` spawned the way
+/// any runner that captures output must (both streams piped and read to their end, its own
+/// process group, a working directory), and a `stat_file` round trip to the same worker (what
+/// any call through gm costs).
 struct Paired {
     shell_p50: f64,
     bash_p50: f64,
-    /// The median of (run_shell − bash) over the pairs.
+    /// The median of (run_shell − bash) over the turns.
     overhead_p50: f64,
+    /// The median of (captured bash − bash): what capturing costs any runner.
+    capture_p50: f64,
+    /// `stat_file`'s round trip p50 on the same worker.
+    call_p50: f64,
 }
 
 fn shell_vs_bash(server: &mut Server, bash: &str, n: usize) -> Paired {
+    use std::os::unix::process::CommandExt;
     let params = json!({ "name": "run_shell", "arguments": { "command": "true" } });
+    let stat = json!({ "name": "stat_file", "arguments": { "path": "." } });
     for _ in 0..20 {
         server.request("tools/call", params.clone());
     }
-    let (mut shell, mut direct, mut diff) = (Vec::new(), Vec::new(), Vec::new());
+    let cwd = std::env::temp_dir();
+    let (mut shell, mut direct, mut diff, mut capture, mut call) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..n {
         let t = Instant::now();
         let r = server.request("tools/call", params.clone());
@@ -934,17 +960,34 @@ fn shell_vs_bash(server: &mut Server, bash: &str, n: usize) -> Paired {
         let status = Command::new(bash).args(["-c", "true"]).stdout(Stdio::null()).status().expect("bash");
         let b = t.elapsed().as_secs_f64() * 1e6;
         assert!(status.success());
+        let t = Instant::now();
+        let out = Command::new(bash)
+            .args(["-c", "true"])
+            .current_dir(&cwd)
+            .stdin(Stdio::null())
+            .process_group(0)
+            .output()
+            .expect("bash");
+        let c = t.elapsed().as_secs_f64() * 1e6;
+        assert!(out.status.success());
+        let t = Instant::now();
+        let r = server.request("tools/call", stat.clone());
+        call.push(t.elapsed().as_secs_f64() * 1e6);
+        assert_ne!(r["result"]["isError"], true, "stat_file failed: {r}");
         shell.push(a);
         direct.push(b);
         diff.push(a - b);
+        capture.push(c - b);
     }
-    for v in [&mut shell, &mut direct, &mut diff] {
+    for v in [&mut shell, &mut direct, &mut diff, &mut capture, &mut call] {
         v.sort_by(|a, b| a.total_cmp(b));
     }
     Paired {
         shell_p50: percentile(&shell, 0.5),
         bash_p50: percentile(&direct, 0.5),
         overhead_p50: percentile(&diff, 0.5),
+        capture_p50: percentile(&capture, 0.5),
+        call_p50: percentile(&call, 0.5),
     }
 }
 
