@@ -560,6 +560,11 @@ fn main() {
         format!("{:.0}", paired.overhead_p50),
         json!(paired.overhead_p50),
     );
+    record(
+        "its floors, same turns: capturing output (bash piped, own group) / a stat_file call (µs)",
+        format!("{:.0} / {:.0}", paired.capture_p50, paired.call_p50),
+        json!([paired.capture_p50, paired.call_p50]),
+    );
 
     // (3) spawn to initialize reply, each in a new workspace (a worker starts each time), and
     // (4) idle RSS.
