@@ -579,14 +579,7 @@ fn the_users_config_file_alone_turns_export_on() {
 fn a_running_worker_follows_the_users_config_file_turning_export_on_changing_it_and_off() {
     let first = Receiver::start(&[]);
     let second = Receiver::start(&[]);
-    let home = tempfile::tempdir().expect("home");
-    std::fs::create_dir_all(home.path().join(".gmnew")).expect("gmnew");
-    let config_file = home.path().join(".gmnew/config.json");
-    let home_s = home.path().to_string_lossy().into_owned();
-    let env = [("HOME", home_s.as_str()), ("OTEL_BSP_SCHEDULE_DELAY", "100"), ("GM_CONFIG_POLL_MS", "50")];
-    let mut gm = Gm::start_in_temp(&[], &env);
-    gm.ready();
-    std::fs::write(gm.workspace.join("a.txt"), "x").expect("write");
+    let (mut gm, config_file, _home) = followed_worker("100", "50");
     // Off at start: nothing to say, nothing sent.
     gm.js("await gm.stat_file({ path: 'a.txt' }); return 1");
     assert!(gm.events_of("otel").is_empty());
@@ -628,6 +621,20 @@ fn a_running_worker_follows_the_users_config_file_turning_export_on_changing_it_
     common::shut_down(gm);
 }
 
+/// A worker on the default surface with no export, in a HOME of its own whose config file
+/// (returned) it follows every `poll_ms`; its workspace has `a.txt`.
+fn followed_worker(batch_delay_ms: &str, poll_ms: &str) -> (Gm, PathBuf, tempfile::TempDir) {
+    let home = tempfile::tempdir().expect("home");
+    std::fs::create_dir_all(home.path().join(".gmnew")).expect("gmnew");
+    let config_file = home.path().join(".gmnew/config.json");
+    let home_s = home.path().to_string_lossy().into_owned();
+    let env = [("HOME", home_s.as_str()), ("OTEL_BSP_SCHEDULE_DELAY", batch_delay_ms), ("GM_CONFIG_POLL_MS", poll_ms)];
+    let mut gm = Gm::start_in_temp(&[], &env);
+    gm.ready();
+    std::fs::write(gm.workspace.join("a.txt"), "x").expect("write");
+    (gm, config_file, home)
+}
+
 /// Waits until the worker logged `n` `otel` events.
 fn wait_events(gm: &mut Gm, n: usize) {
     let deadline = Instant::now() + TIMEOUT;
@@ -640,14 +647,7 @@ fn wait_events(gm: &mut Gm, n: usize) {
 #[test]
 fn calls_go_on_unharmed_while_the_config_file_turns_export_on_and_off_under_them() {
     let receiver = Receiver::start(&[]);
-    let home = tempfile::tempdir().expect("home");
-    std::fs::create_dir_all(home.path().join(".gmnew")).expect("gmnew");
-    let config_file = home.path().join(".gmnew/config.json");
-    let home_s = home.path().to_string_lossy().into_owned();
-    let env = [("HOME", home_s.as_str()), ("OTEL_BSP_SCHEDULE_DELAY", "50"), ("GM_CONFIG_POLL_MS", "10")];
-    let mut gm = Gm::start_in_temp(&[], &env);
-    gm.ready();
-    std::fs::write(gm.workspace.join("a.txt"), "x").expect("write");
+    let (mut gm, config_file, _home) = followed_worker("50", "10");
     let on = json!({ "otel": { "endpoint": receiver.endpoint() } }).to_string();
     // Thirty switches, one every 30 ms, while bodies make calls the whole time.
     let toggler = std::thread::spawn(move || {
