@@ -36,6 +36,10 @@ struct CodeCallFields<'a> {
     /// Files outside the workspace written through a link (see `Ctx::wrote_through_link`).
     #[serde(rename = "wroteOutside", skip_serializing_if = "<[String]>::is_empty")]
     wrote_outside: &'a [String],
+    /// The call's live `execute_tool` span (a traceparent) while export is on, so that
+    /// `gm otel-export` of this log sends it with the same ids.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    span: Option<&'a str>,
 }
 
 pub struct Host {
@@ -153,6 +157,7 @@ impl JsHost for Host {
             });
             let secrets = ctx.secrets.get();
             if ctx.log.is_some() {
+                let live_span = span.as_ref().and_then(|s| crate::telemetry::traceparent(s.context()));
                 let logged_args = ctx.blobs.args_for_log(&args, &secrets);
                 let fields = CodeCallFields {
                     verb: &name,
@@ -165,6 +170,7 @@ impl JsHost for Host {
                     body,
                     error: result.as_ref().err().and_then(|e| e.get("code")),
                     wrote_outside: &wrote_outside,
+                    span: live_span.as_deref(),
                 };
                 ctx.log(secrets.log_event("code-call", &fields));
             }

@@ -411,6 +411,26 @@ fn a_child_servers_call_is_a_client_span_whose_traceparent_the_child_receives() 
         .expect("t's start");
     assert_eq!(point["attributes"]["outcome"], "ready");
     common::shut_down(gm);
+
+    // The log of a run exported live, sent again with `gm otel-export`: the same spans, ids and
+    // parents, which a collector merges (the body's call and the child's call too).
+    let again = Receiver::start(&[]);
+    let out = common::gm_command()
+        .args(["otel-export", "--workspace"])
+        .arg(&ws)
+        .env("HOME", common::trust_home())
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", again.endpoint())
+        .output()
+        .expect("gm otel-export runs");
+    assert!(out.status.success(), "gm otel-export: {}", String::from_utf8_lossy(&out.stderr));
+    let names = ["tools/call run_code", "execute_tool t_echo", "tools/call echo"];
+    let resent = again.wait_for("span", "the log's spans", |s| names.iter().all(|n| has(s, n)));
+    for name in names {
+        let (live, sent) = (named(&spans, name)[0], named(&resent, name)[0]);
+        for key in ["traceId", "spanId", "parentSpanId"] {
+            assert_eq!(sent[key], live[key], "{name}: {key}");
+        }
+    }
 }
 
 #[test]

@@ -3,7 +3,8 @@
 //! Each `action` event (one tools/call) becomes a SERVER span and each `code-call` event (one
 //! `gm.*` call of a body) an INTERNAL span under the run_code call of its session whose time
 //! holds it, with a CLIENT span under that when the call went to a child server's tool. A span ends at its event's `ts` and lasts its `ms`. Ids are the live span's when
-//! the event logged one (`span`), else derived from the log's `seq` (and run), so sending the
+//! the event logged one (`span`; a CLIENT span's id follows from its parent's), else derived
+//! from the log's `seq` (and run), so sending the
 //! same log twice sends the same ids, which collectors merge instead of duplicating. A host's
 //! `traceparent` stays the parent.
 
@@ -188,6 +189,10 @@ fn spans_of(events: &[Value]) -> Vec<Recorded> {
             Some(b) => (b.trace_id, Some(b.span_id)),
             None => (derived_trace(e, seq), None),
         };
+        // The live span's ids when the worker exported it (`span`): sending the log then
+        // sends the spans the collector already has, which it merges.
+        let live = e["span"].as_str().and_then(parse_traceparent);
+        let trace_id = live.map_or(trace_id, |(trace, _)| trace);
         let mut attributes = vec![
             KeyValue::new("gen_ai.operation.name", "execute_tool"),
             KeyValue::new("gen_ai.tool.name", verb.to_owned()),
@@ -196,7 +201,7 @@ fn spans_of(events: &[Value]) -> Vec<Recorded> {
         if let Some(code) = &error {
             attributes.push(KeyValue::new("error.type", code.clone()));
         }
-        let span_id = derived_span(e, seq);
+        let span_id = live.map_or_else(|| derived_span(e, seq), |(_, span)| span);
         // A child server's tool: gm's call to it is a CLIENT span under the body's call.
         if let (Some(server), Some(tool)) = (e["server"].as_str(), e["tool"].as_str()) {
             calls.push(Recorded {
@@ -204,7 +209,10 @@ fn spans_of(events: &[Value]) -> Vec<Recorded> {
                 name: format!("tools/call {tool}"),
                 kind: SpanKind::Client,
                 trace_id,
-                span_id: derived_id("gm-client", e, seq),
+                span_id: match live {
+                    Some((_, span)) => super::spans::client_span_of(span),
+                    None => derived_id("gm-client", e, seq),
+                },
                 parent: Some(span_id),
                 start,
                 end,

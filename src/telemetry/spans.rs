@@ -5,7 +5,7 @@
 use std::time::{Instant, SystemTime};
 
 use opentelemetry::propagation::{Extractor, TextMapPropagator};
-use opentelemetry::trace::{SpanContext, SpanKind, Status, TraceContextExt, TraceFlags, TraceState, Tracer};
+use opentelemetry::trace::{SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceState, Tracer};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator};
@@ -177,8 +177,12 @@ impl Telemetry {
     pub fn child_call(&'static self, parent: &Context, server: &str, tool: &str) -> ToolSpan {
         let cx = match &self.tracer {
             Some(tracer) => {
+                // Named after its parent, so that `gm otel-export` of the log, which has the
+                // parent's id (the `code-call` event's `span`), sends this span with its id.
+                let id = client_span_of(parent.span().span_context().span_id());
                 let span = tracer
                     .span_builder(format!("tools/call {tool}"))
+                    .with_span_id(id)
                     .with_kind(SpanKind::Client)
                     .with_attributes([
                         KeyValue::new("mcp.method.name", "tools/call"),
@@ -194,6 +198,20 @@ impl Telemetry {
         };
         ToolSpan { telemetry: self, cx }
     }
+}
+
+/// The id of the CLIENT span of a child server's call made under the span `internal` (one call
+/// a span): the same for the live span and for the one `gm otel-export` rebuilds.
+pub fn client_span_of(internal: SpanId) -> SpanId {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    h.update(b"gm-client");
+    h.update(internal.to_bytes());
+    let d: [u8; 32] = h.finalize().into();
+    let mut id = [0u8; 8];
+    id.copy_from_slice(&d[..8]);
+    id[0] |= 1; // never the invalid all-zero id
+    SpanId::from_bytes(id)
 }
 
 impl RequestSpan {
