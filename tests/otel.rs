@@ -692,3 +692,40 @@ fn calls_go_on_unharmed_while_the_config_file_turns_export_on_and_off_under_them
     assert_eq!(gm.js("return (await gm.stat_file({ path: 'a.txt' })).exists"), true);
     common::shut_down(gm);
 }
+
+#[test]
+fn metrics_count_busy_run_code_engines_and_time_the_search_index_build() {
+    let receiver = Receiver::start(&[]);
+    let home = tempfile::tempdir().expect("home");
+    let mut gm = start_gm(&[], &export_env(&receiver.endpoint(), home.path()));
+    gm.ready();
+    std::fs::write(gm.workspace.join("notes.txt"), "the quick brown fox\n").expect("write");
+    // A body that keeps its engine busy across a few metric exports (every 300 ms here).
+    gm.js("const t = Date.now(); while (Date.now() - t < 1200) {} return 1");
+    let busy = receiver.wait_for("metric", "a busy engine", |m| {
+        named(m, "gm.run_code.engines.busy")
+            .iter()
+            .flat_map(|m| m["points"].as_array().into_iter().flatten())
+            .any(|p| p["value"].as_i64() >= Some(1))
+    });
+    let engines = named(&busy, "gm.run_code.engines.busy");
+    assert!(engines.iter().all(|m| m["kind"] == "sum" && m["monotonic"] == false), "{engines:?}");
+    // The first search builds the index in the background; its end records the build's time.
+    gm.js("return (await gm.search({ query: 'quick fox' })).hits.length");
+    let built = receiver.wait_for("metric", "the index build's time", |m| has(m, "gm.search.index.build.duration"));
+    let build = named(&built, "gm.search.index.build.duration");
+    assert!(build.iter().all(|m| m["kind"] == "histogram" && m["unit"] == "s"), "{build:?}");
+    let count: u64 = build
+        .iter()
+        .flat_map(|m| m["points"].as_array().into_iter().flatten())
+        .filter_map(|p| p["count"].as_u64())
+        .max()
+        .unwrap_or(0);
+    assert!(count >= 1, "{build:?}");
+    // Idle again: the last export says no engine is busy.
+    std::thread::sleep(Duration::from_millis(700));
+    let after = receiver.records("metric");
+    let last = named(&after, "gm.run_code.engines.busy").last().map(|m| m["points"][0]["value"].clone());
+    assert_eq!(last, Some(json!(0)), "idle engines");
+    stop_worker(&gm.workspace);
+}

@@ -455,6 +455,10 @@ impl Handler<Search> for SearchIndex {
                 (changed.then_some(stats), "rescan")
             }
         };
+        // A tree small enough to index before answering: this was its first build.
+        if let (true, Some(stats), Some(t)) = (first, &refreshed, crate::telemetry::get()) {
+            t.index_built(stats.ms as f64 / 1000.0);
+        }
         index.reload_if_changed().map_err(|e| e.to_string())?;
         let hits = index
             .search_with_pending(&msg.query, msg.limit, msg.path_prefix.as_deref(), &pending)
@@ -490,6 +494,9 @@ impl Handler<Built> for SearchIndex {
                 let mut fields = serde_json::to_value(&stats).unwrap_or_else(|_| json!({}));
                 fields["state"] = json!("built");
                 self.log(fields);
+                if let Some(t) = crate::telemetry::get() {
+                    t.index_built(stats.ms as f64 / 1000.0);
+                }
                 self.index = Some(msg.index);
                 self.built = Some(stats);
             }

@@ -1,7 +1,7 @@
 //! The instruments: the MCP semantic conventions' two (`mcp.server.operation.duration`,
 //! `mcp.server.session.duration`) and gm's own.
 
-use opentelemetry::metrics::{Counter, Histogram, Meter, ObservableCounter, UpDownCounter};
+use opentelemetry::metrics::{Counter, Histogram, Meter, ObservableCounter, ObservableUpDownCounter, UpDownCounter};
 use opentelemetry::KeyValue;
 
 /// Bucket boundaries (seconds) the MCP conventions recommend for both durations.
@@ -18,6 +18,10 @@ pub struct Instruments {
     pub child_starts: Counter<u64>,
     /// Bytes the result budget cut from replies (kept whole in `.gm/out/`).
     pub bytes_cut: Counter<u64>,
+    /// A search index build's time, from its start to its commit.
+    pub index_build: Histogram<f64>,
+    /// run_code engines running a body now; read at each metrics export.
+    pub _engines_busy: ObservableUpDownCounter<i64>,
     /// Spans that did not reach the collector, by `reason` (`failed`: refused or unanswered;
     /// `unsent`: dropped from a full queue, or still queued). Read from the exporter's counts
     /// at each metrics export; kept so its callback lives as long as the meter.
@@ -53,6 +57,19 @@ impl Instruments {
                 .u64_counter("gm.result.bytes_cut")
                 .with_unit("By")
                 .with_description("Bytes of replies cut to the result budget (kept whole on disk)")
+                .build(),
+            index_build: meter
+                .f64_histogram("gm.search.index.build.duration")
+                .with_unit("s")
+                .with_description("The time a search index build took, from its start to its commit")
+                .build(),
+            _engines_busy: meter
+                .i64_observable_up_down_counter("gm.run_code.engines.busy")
+                .with_unit("{engine}")
+                .with_description("run_code engines running a body")
+                .with_callback(|observer| {
+                    observer.observe(i64::try_from(gm_actors::js_engine::engines_busy()).unwrap_or(i64::MAX), &[]);
+                })
                 .build(),
             _spans_lost: meter
                 .u64_observable_counter("gm.telemetry.spans.lost")

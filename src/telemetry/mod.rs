@@ -226,6 +226,13 @@ impl Telemetry {
         }
     }
 
+    /// A search index build ended after `seconds`.
+    pub fn index_built(&self, seconds: f64) {
+        if let Some(m) = &self.instruments {
+            m.index_build.record(seconds, &[]);
+        }
+    }
+
     /// The result budget cut `bytes` from a reply.
     pub fn bytes_cut(&self, bytes: u64) {
         if let Some(m) = &self.instruments {

@@ -33,7 +33,7 @@ use serde_json::value::RawValue;
 use serde_json::Value as Json;
 
 pub use crate::cancel::CancelToken;
-pub use pool::JsEngines;
+pub use pool::{engines_busy, JsEngines};
 
 use errors::{exception, to_json};
 use runtime::Warm;

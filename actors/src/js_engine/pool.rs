@@ -59,12 +59,32 @@ pub struct JsEngines {
 /// An engine and the number of bodies running on it.
 type Engine = (Addr<JsEngine>, Arc<AtomicUsize>);
 
+/// Engines running at least one body, in this process (what gm's telemetry reports).
+static ENGINES_BUSY: AtomicUsize = AtomicUsize::new(0);
+
+/// How many engines are running a body now.
+pub fn engines_busy() -> usize {
+    ENGINES_BUSY.load(Ordering::Relaxed)
+}
+
 /// Counts a body against its engine until it ends, however its caller goes away.
 struct Busy(Arc<AtomicUsize>);
 
+impl Busy {
+    fn count(on: Arc<AtomicUsize>) -> Self {
+        // An engine's first body makes it busy; its last one, idle.
+        if on.fetch_add(1, Ordering::SeqCst) == 0 {
+            ENGINES_BUSY.fetch_add(1, Ordering::Relaxed);
+        }
+        Busy(on)
+    }
+}
+
 impl Drop for Busy {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        if self.0.fetch_sub(1, Ordering::SeqCst) == 1 {
+            ENGINES_BUSY.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -93,8 +113,7 @@ impl JsEngines {
             .min_by_key(|(_, busy)| busy.load(Ordering::SeqCst))
             .map(|(a, b)| (a.clone(), b.clone()))
             .ok_or(MailboxError::Closed)?;
-        busy.fetch_add(1, Ordering::SeqCst);
-        let _busy = Busy(busy);
+        let _busy = Busy::count(busy);
         addr.send(run).await
     }
 }
