@@ -401,3 +401,51 @@ fn shells_run_back_to_back_each_report_their_own_output_and_exit_code() {
          return bad;");
     assert_eq!(r, json!([]));
 }
+
+#[test]
+fn shells_cancelled_at_any_moment_leave_no_process_and_the_server_serves_on() {
+    let mut gm = tools();
+    for i in 0..30 {
+        let id = format!("c{i}");
+        let pid_file = format!("pid{i}");
+        let call = json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": { "name": "run_shell", "arguments": { "command": format!("echo $$ > {pid_file}; sleep 1000") } } });
+        let cancel = json!({ "jsonrpc": "2.0", "method": "notifications/cancelled", "params": { "requestId": id } });
+        if i % 3 == 0 {
+            // The call and its cancel in one write: the cancel may arrive before the spawn.
+            let mut both = serde_json::to_vec(&call).expect("json");
+            both.push(b'\n');
+            both.extend(serde_json::to_vec(&cancel).expect("json"));
+            both.push(b'\n');
+            gm.send_raw(&both);
+        } else {
+            gm.send(&call);
+            if i % 3 == 1 {
+                // After the shell started.
+                let pgid = read_pid(&gm, &pid_file);
+                assert!(group_alive(pgid));
+            }
+            gm.send(&cancel);
+        }
+        let path = gm.workspace.join(&pid_file);
+        // Whatever started is ended.
+        if let Ok(text) = std::fs::read_to_string(&path) {
+            if let Ok(pgid) = text.trim().parse::<i32>() {
+                wait_until("the cancelled group to die", Duration::from_secs(5), || !group_alive(pgid));
+            }
+        }
+    }
+    // No answer came for any of them, and the server answers the next call.
+    let r = gm.call_ok("run_shell", json!({ "command": "echo alive" }));
+    assert_eq!(r["stdout"], "alive\n");
+    while let Some(msg) = gm.recv(Duration::from_millis(100)) {
+        assert!(msg.get("id").is_none_or(|id| !id.as_str().is_some_and(|s| s.starts_with('c'))), "{msg}");
+    }
+    // Every shell that wrote its pid is gone.
+    for i in 0..30 {
+        if let Ok(text) = std::fs::read_to_string(gm.workspace.join(format!("pid{i}"))) {
+            let pgid: i32 = text.trim().parse().expect("a pid");
+            wait_until("every group to be gone", Duration::from_secs(5), || !group_alive(pgid));
+        }
+    }
+}
