@@ -124,10 +124,13 @@ async fn call_tool(
     };
     let started = Instant::now();
     let ticker = traits.progress.then(|| progress_ticker(&app, &conn, meta.as_ref())).flatten();
+    // Only a run-loop tool (a run_code body) makes spans of its own: a verb's call does not
+    // pay for making its span current at every poll.
+    let parent = span.as_ref().filter(|_| matches!(work, Work::Loop(..))).map(|s| s.context().clone());
     let run = run_work(&app, &name, &args, work, cancel.clone(), &scope);
     // What the call runs sees its span as current: a body's `gm.*` calls hang under it.
-    let run = match &span {
-        Some(span) => Either::Left(run.with_context(span.context().clone())),
+    let run = match parent {
+        Some(parent) => Either::Left(run.with_context(parent)),
         None => Either::Right(run),
     };
     let (outcome, in_flight, wrote_outside) =
