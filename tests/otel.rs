@@ -128,6 +128,16 @@ fn start_gm(args: &[&str], env: &[(String, String)]) -> Gm {
     Gm::start_in_temp(args, &env)
 }
 
+/// A worker on the default surface exporting to `receiver`, in a HOME of its own (returned,
+/// to keep), with `file` holding `text` in its workspace.
+fn exporting_worker(receiver: &Receiver, file: &str, text: &str) -> (Gm, tempfile::TempDir) {
+    let home = tempfile::tempdir().expect("home");
+    let mut gm = start_gm(&[], &export_env(&receiver.endpoint(), home.path()));
+    gm.ready();
+    std::fs::write(gm.workspace.join(file), text).expect("write");
+    (gm, home)
+}
+
 fn named<'a>(spans: &'a [Value], name: &str) -> Vec<&'a Value> {
     spans.iter().filter(|s| s["name"] == name).collect()
 }
@@ -139,10 +149,7 @@ fn has(spans: &[Value], name: &str) -> bool {
 #[test]
 fn run_code_requests_and_their_gm_calls_are_spans_in_the_hosts_trace() {
     let receiver = Receiver::start(&[]);
-    let home = tempfile::tempdir().expect("home");
-    let mut gm = start_gm(&[], &export_env(&receiver.endpoint(), home.path()));
-    gm.ready();
-    std::fs::write(gm.workspace.join("a.txt"), "hello\n").expect("write");
+    let (mut gm, _home) = exporting_worker(&receiver, "a.txt", "hello\n");
     let reply = gm.ok(
         "tools/call",
         json!({
@@ -696,10 +703,7 @@ fn calls_go_on_unharmed_while_the_config_file_turns_export_on_and_off_under_them
 #[test]
 fn metrics_count_busy_run_code_engines_and_time_the_search_index_build() {
     let receiver = Receiver::start(&[]);
-    let home = tempfile::tempdir().expect("home");
-    let mut gm = start_gm(&[], &export_env(&receiver.endpoint(), home.path()));
-    gm.ready();
-    std::fs::write(gm.workspace.join("notes.txt"), "the quick brown fox\n").expect("write");
+    let (mut gm, _home) = exporting_worker(&receiver, "notes.txt", "the quick brown fox\n");
     // A body that keeps its engine busy across a few metric exports (every 300 ms here).
     gm.js("const t = Date.now(); while (Date.now() - t < 1200) {} return 1");
     let busy = receiver.wait_for("metric", "a busy engine", |m| {
