@@ -697,3 +697,30 @@ fn a_host_on_sockets_as_node_gives_its_children_is_served_directly_across_a_deat
     let status = child.wait().expect("gm exits");
     assert_eq!(status.code(), Some(0));
 }
+
+/// A call the worker is running when it is told to stop, and that ends within the stop's
+/// grace, is answered with its result: a stop does not lose a call it could finish (a call
+/// read just before a signal handled late was answered `worker_restarted`).
+#[test]
+fn a_call_that_ends_soon_after_the_worker_is_told_to_stop_is_answered() {
+    for round in 0..5 {
+        let mut gm = Gm::start(&[]);
+        gm.ready();
+        let pid = worker_pid(&gm.log_path(), 0);
+        gm.send(&json!({ "jsonrpc": "2.0", "id": "soon", "method": "tools/call", "params": { "name": "run_code",
+            "arguments": { "code": "const t = Date.now(); while (Date.now() - t < 60) {} return 'done';" } } }));
+        // The body is running when the signal comes.
+        std::thread::sleep(Duration::from_millis(20));
+        // SAFETY: kill(2) on a worker pid read from the log.
+        assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGTERM) }, 0);
+        let reply = loop {
+            let msg = gm.recv(TIMEOUT).expect("an answer");
+            if msg["id"] == "soon" {
+                break msg;
+            }
+        };
+        assert_eq!(reply["result"]["structuredContent"]["result"], "done", "round {round}: {reply}");
+        gm.close_stdin();
+        let _ = gm.wait_exit(TIMEOUT);
+    }
+}

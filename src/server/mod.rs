@@ -39,6 +39,10 @@ use crate::verbs;
 
 /// How long calls still running when the host's side closes may take to reply.
 const SHUTDOWN_GRACE: Duration = Duration::from_millis(700);
+/// How long calls still running when the worker stops may take to reply before they are
+/// cancelled: a call the session read just before the stop (a signal handled late, under
+/// load) is answered rather than lost, and a long one is not kept waiting for.
+const STOP_GRACE: Duration = Duration::from_millis(200);
 /// How long a session that ends waits for its cancelled calls to finish (and log their events).
 const DRAIN_LIMIT: Duration = Duration::from_secs(3);
 
@@ -637,12 +641,12 @@ enum End {
     Closed,
     /// A signal ended the relay: calls are cancelled now.
     Now,
-    /// The worker is stopping: calls are cancelled now.
+    /// The worker is stopping: calls are cancelled after [`STOP_GRACE`].
     Worker,
 }
 
-/// The worker is stopping: cancel this session's calls now; answers once they have all ended
-/// (their events are logged) or [`DRAIN_LIMIT`] passed.
+/// The worker is stopping: cancel this session's calls (after [`STOP_GRACE`]); answers once
+/// they have all ended (their events are logged) or [`DRAIN_LIMIT`] passed.
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
 pub struct EndNow;
@@ -690,8 +694,8 @@ impl Handler<Describe> for Server {
 
 impl Server {
     /// Starts ending the session. Calls still running get [`SHUTDOWN_GRACE`] to reply after the
-    /// host's side closed (it may still read), none when the worker stops; then they are
-    /// cancelled (their bodies and shells stopped). A second end while the first is under way
+    /// host's side closed (it may still read), [`STOP_GRACE`] when the worker stops; then they
+    /// are cancelled (their bodies and shells stopped). A second end while the first is under way
     /// changes nothing.
     fn end(&mut self, end: End, ctx: &mut Context<Self>) {
         if self.session.ending.is_some() {
@@ -703,7 +707,9 @@ impl Server {
             self.worker.do_send(SessionNews::Leaving(self.conn.session.clone()));
         }
         match end {
-            End::Worker => self.cancel_running(),
+            End::Worker => {
+                ctx.run_later(STOP_GRACE, |act, _| act.cancel_running());
+            }
             End::Now => {
                 self.cancel_running();
                 if self.session.running.is_empty() {
