@@ -476,7 +476,7 @@ impl<'a> Types<'a> {
     /// one, a field of the current object.
     fn of_path(&self, path: &[&str], scope: u32) -> Option<&'a str> {
         let (first, rest) = path.split_first()?;
-        let mut ty = if self.lang.self_names.contains(first) {
+        let mut ty = if self.lang.rules.self_names.contains(first) {
             self.owner_at(scope)?
         } else if let Some(ty) = self.local(first, scope) {
             ty

@@ -262,7 +262,7 @@ impl<'a> Resolver<'a> {
         let versioned = |dir: &str| {
             dir.strip_prefix(q).is_some_and(|v| v.starts_with('-') && v[1..].starts_with(|c: char| c.is_ascii_digit()))
         };
-        let module_named = self.lang_of(id).is_some_and(|l| l.capitalized_file_modules) && capitalized(stem) == q;
+        let module_named = self.lang_of(id).is_some_and(|l| l.rules.capitalized_file_modules) && capitalized(stem) == q;
         stem == q || module_named || parts.any(|dir| dir == q || versioned(dir))
     }
 
@@ -354,7 +354,7 @@ impl<'a> Resolver<'a> {
         // workspace's relative paths do not have: its last elements name the directory.
         let shortest = if module.contains('/') { 1 } else { segments.len() };
         // `Store` names `store.ml` where a file is the module of its capitalized name.
-        let capitalized_files = lang::by_name(from_family).is_some_and(|l| l.capitalized_file_modules);
+        let capitalized_files = lang::by_name(from_family).is_some_and(|l| l.rules.capitalized_file_modules);
         for take in (shortest..=segments.len()).rev() {
             let tail = segments[segments.len() - take..].join("/");
             let dotted = segments[segments.len() - take..].join(".");
@@ -423,7 +423,7 @@ impl<'a> Resolver<'a> {
         let callee = f.str(call.callee);
         let lang = self.lang_of(id);
         let qualifier = f.str(call.qualifier);
-        let dispatches = lang.is_some_and(|l| l.dispatch);
+        let dispatches = lang.is_some_and(|l| l.rules.dispatch);
         // A call dispatched on an argument of a type the file says reaches that type's method
         // (or its base's, or its derived types'); one of another type is resolved as a bare
         // call, among every method of the name.
@@ -515,7 +515,7 @@ impl<'a> Resolver<'a> {
         if !here.is_empty() {
             return known(here);
         }
-        if lang.is_some_and(|l| l.implicit_self) {
+        if lang.is_some_and(|l| l.rules.implicit_self) {
             if let Some(owner) = enclosing_owner(f, call.enclosing) {
                 let owned = self.owned_by(&all, owner);
                 if !owned.is_empty() {
@@ -523,7 +523,7 @@ impl<'a> Resolver<'a> {
                 }
             }
         }
-        if lang.is_some_and(|l| l.package_is_directory) {
+        if lang.is_some_and(|l| l.rules.package_is_directory) {
             let dir = path.rsplit_once('/').map_or("", |(d, _)| d);
             let package: Vec<At> = free
                 .iter()

@@ -23,6 +23,13 @@ pub struct Lang {
     pub tags: &'static [&'static str],
     /// gm's own query, in pieces; it runs before the shipped one and wins where both match.
     pub query: &'static [&'static str],
+    /// How the language's calls resolve; most languages need none of it (`Rules::NONE`).
+    pub rules: Rules,
+}
+
+/// A language's resolution rules, each off unless its file says so.
+#[derive(Debug, Clone, Copy)]
+pub struct Rules {
     /// What the current object is called inside a method (`self`, `this`, `$this`), and the
     /// names that mean the current type in a qualified call (`Self::new`, `self::build`).
     pub self_names: &'static [&'static str],
@@ -39,6 +46,17 @@ pub struct Lang {
     /// type (`@owner`), is called bare like a function, and a call whose first argument's
     /// type the file says (`@dispatch`) reaches that type's method.
     pub dispatch: bool,
+}
+
+impl Rules {
+    /// No self names, every switch off: what a language file starts from.
+    pub const NONE: Rules = Rules {
+        self_names: &[],
+        implicit_self: false,
+        package_is_directory: false,
+        capitalized_file_modules: false,
+        dispatch: false,
+    };
 }
 
 /// A language's queries compiled once: gm's own patterns first, then the shipped ones.

@@ -3,7 +3,7 @@
 //! brings in every function of a script without naming one, so it binds nothing and a command
 //! resolves by name: the script's own function, else the one function of that name.
 
-use super::Lang;
+use super::{Lang, Rules};
 
 pub const LANGS: &[&Lang] = &[&BASH];
 
@@ -15,11 +15,7 @@ pub static BASH: Lang = Lang {
     // The crate ships no tags query.
     tags: &[],
     query: &[QUERY],
-    self_names: &[],
-    implicit_self: false,
-    package_is_directory: false,
-    capitalized_file_modules: false,
-    dispatch: false,
+    rules: Rules::NONE,
 };
 
 const QUERY: &str = r#"

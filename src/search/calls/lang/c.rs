@@ -2,7 +2,7 @@
 //! typedefs, and macros: `#define F(x)` is a definition, and `F(x)` a call gm counts but cannot
 //! resolve (it does not expand macros).
 
-use super::Lang;
+use super::{Lang, Rules};
 
 pub const LANGS: &[&Lang] = &[&C];
 
@@ -13,11 +13,7 @@ pub static C: Lang = Lang {
     grammar: || tree_sitter_c::LANGUAGE.into(),
     tags: &[tree_sitter_c::TAGS_QUERY],
     query: &[QUERY],
-    self_names: &[],
-    implicit_self: false,
-    package_is_directory: false,
-    capitalized_file_modules: false,
-    dispatch: false,
+    rules: Rules::NONE,
 };
 
 const QUERY: &str = r#"

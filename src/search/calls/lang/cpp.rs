@@ -2,7 +2,7 @@
 //! (`void Cache::save()`, whose in-class prototype is a declaration), `this`, bare calls of the
 //! class's own methods, `ns::f` and `Type::f`, namespace aliases and `using` declarations.
 
-use super::Lang;
+use super::{Lang, Rules};
 
 pub const LANGS: &[&Lang] = &[&CPP];
 
@@ -13,11 +13,11 @@ pub static CPP: Lang = Lang {
     grammar: || tree_sitter_cpp::LANGUAGE.into(),
     tags: &[tree_sitter_cpp::TAGS_QUERY],
     query: &[QUERY],
-    self_names: &["this"],
-    implicit_self: true,
-    package_is_directory: false,
-    capitalized_file_modules: false,
-    dispatch: false,
+    rules: Rules {
+        self_names: &["this"],
+        implicit_self: true,
+        ..Rules::NONE
+    },
 };
 
 const QUERY: &str = r#"

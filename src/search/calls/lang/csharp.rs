@@ -1,7 +1,7 @@
 //! C#: classes, structs, interfaces and records with their bases, `this`/`base`, bare calls
 //! of the class's own methods, `using A = B.C` aliases, and typed locals, parameters and fields.
 
-use super::Lang;
+use super::{Lang, Rules};
 
 pub const LANGS: &[&Lang] = &[&CSHARP];
 
@@ -12,11 +12,11 @@ pub static CSHARP: Lang = Lang {
     grammar: || tree_sitter_c_sharp::LANGUAGE.into(),
     tags: &[tree_sitter_c_sharp::TAGS_QUERY],
     query: &[QUERY],
-    self_names: &["this", "base"],
-    implicit_self: true,
-    package_is_directory: false,
-    capitalized_file_modules: false,
-    dispatch: false,
+    rules: Rules {
+        self_names: &["this", "base"],
+        implicit_self: true,
+        ..Rules::NONE
+    },
 };
 
 const QUERY: &str = r#"

@@ -9,7 +9,7 @@
 //! not recorded. A named constructor's result (`final r = Repo.open()`) types nothing: the
 //! call reads the same as a static method's, which may return anything.
 
-use super::Lang;
+use super::{Lang, Rules};
 
 pub const LANGS: &[&Lang] = &[&DART];
 
@@ -22,11 +22,11 @@ pub static DART: Lang = Lang {
     // calls in it, outside the method; gm's query takes the whole declaration.
     tags: &[],
     query: &[QUERY],
-    self_names: &["this"],
-    implicit_self: true,
-    package_is_directory: false,
-    capitalized_file_modules: false,
-    dispatch: false,
+    rules: Rules {
+        self_names: &["this"],
+        implicit_self: true,
+        ..Rules::NONE
+    },
 };
 
 const QUERY: &str = r#"

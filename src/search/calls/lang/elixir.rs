@@ -5,7 +5,7 @@
 //! reach any function of the name. A plain `alias A.B` binds `B`, which names the module
 //! anyway, and `import` brings in functions without naming them: neither is recorded.
 
-use super::Lang;
+use super::{Lang, Rules};
 
 pub const LANGS: &[&Lang] = &[&ELIXIR];
 
@@ -18,11 +18,10 @@ pub static ELIXIR: Lang = Lang {
     // that leave them out are separate, which gm does not read as exclusions).
     tags: &[],
     query: &[QUERY],
-    self_names: &["__MODULE__"],
-    implicit_self: false,
-    package_is_directory: false,
-    capitalized_file_modules: false,
-    dispatch: false,
+    rules: Rules {
+        self_names: &["__MODULE__"],
+        ..Rules::NONE
+    },
 };
 
 const QUERY: &str = r#"

@@ -1,7 +1,7 @@
 //! Go: methods belong to their receiver's type, a package is a directory, and `pkg.F` names
 //! the package an import brought in (by its last path element or its alias).
 
-use super::Lang;
+use super::{Lang, Rules};
 
 pub const LANGS: &[&Lang] = &[&GO];
 
@@ -12,11 +12,10 @@ pub static GO: Lang = Lang {
     grammar: || tree_sitter_go::LANGUAGE.into(),
     tags: &[tree_sitter_go::TAGS_QUERY],
     query: &[QUERY],
-    self_names: &[],
-    implicit_self: false,
-    package_is_directory: true,
-    capitalized_file_modules: false,
-    dispatch: false,
+    rules: Rules {
+        package_is_directory: true,
+        ..Rules::NONE
+    },
 };
 
 const QUERY: &str = r#"

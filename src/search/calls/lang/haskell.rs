@@ -5,7 +5,7 @@
 //! does not infer: an instance's methods are plain functions, so a call of one is ambiguous
 //! when two instances define it, and `Repo.save` names the `Repo` instance's.
 
-use super::Lang;
+use super::{Lang, Rules};
 
 pub const LANGS: &[&Lang] = &[&HASKELL];
 
@@ -17,11 +17,7 @@ pub static HASKELL: Lang = Lang {
     // The crate ships no tags query.
     tags: &[],
     query: &[QUERY],
-    self_names: &[],
-    implicit_self: false,
-    package_is_directory: false,
-    capitalized_file_modules: false,
-    dispatch: false,
+    rules: Rules::NONE,
 };
 
 const QUERY: &str = r#"

@@ -1,7 +1,7 @@
 //! Java: classes, interfaces and records, `this`/`super`, bare calls of the class's own
 //! methods, `import a.b.C` and `import static a.b.C.m`, and typed locals, parameters and fields.
 
-use super::Lang;
+use super::{Lang, Rules};
 
 pub const LANGS: &[&Lang] = &[&JAVA];
 
@@ -12,11 +12,11 @@ pub static JAVA: Lang = Lang {
     grammar: || tree_sitter_java::LANGUAGE.into(),
     tags: &[tree_sitter_java::TAGS_QUERY],
     query: &[QUERY],
-    self_names: &["this", "super"],
-    implicit_self: true,
-    package_is_directory: false,
-    capitalized_file_modules: false,
-    dispatch: false,
+    rules: Rules {
+        self_names: &["this", "super"],
+        implicit_self: true,
+        ..Rules::NONE
+    },
 };
 
 const QUERY: &str = r#"

@@ -1,6 +1,6 @@
 //! JavaScript (and JSX): `this`, classes, object-literal methods, ES module imports.
 
-use super::Lang;
+use super::{Lang, Rules};
 
 pub const LANGS: &[&Lang] = &[&JAVASCRIPT];
 
@@ -11,11 +11,10 @@ pub static JAVASCRIPT: Lang = Lang {
     grammar: || tree_sitter_javascript::LANGUAGE.into(),
     tags: &[tree_sitter_javascript::TAGS_QUERY],
     query: &[COMMON, JS_ONLY],
-    self_names: &["this", "super"],
-    implicit_self: false,
-    package_is_directory: false,
-    capitalized_file_modules: false,
-    dispatch: false,
+    rules: Rules {
+        self_names: &["this", "super"],
+        ..Rules::NONE
+    },
 };
 
 /// Patterns the JavaScript and TypeScript grammars share (TypeScript's extends JavaScript's).

@@ -14,7 +14,7 @@
 //! found by the module a file declares or the file's name. `include("store.jl")` pastes a file
 //! in: not recorded.
 
-use super::Lang;
+use super::{Lang, Rules};
 
 pub const LANGS: &[&Lang] = &[&JULIA];
 
@@ -26,11 +26,10 @@ pub static JULIA: Lang = Lang {
     // The crate ships no tags query.
     tags: &[],
     query: &[QUERY],
-    self_names: &[],
-    implicit_self: false,
-    package_is_directory: false,
-    capitalized_file_modules: false,
-    dispatch: true,
+    rules: Rules {
+        dispatch: true,
+        ..Rules::NONE
+    },
 };
 
 // A function's name and first parameter, in `function f(..)`, `function f(..) where T`,

@@ -4,7 +4,7 @@
 //! a parameter, a `val` constructor parameter) or by a constructor call (`val c = Cache()`).
 //! A lambda or anonymous function bound to a `val` is a function of that name.
 
-use super::Lang;
+use super::{Lang, Rules};
 
 pub const LANGS: &[&Lang] = &[&KOTLIN];
 
@@ -16,11 +16,11 @@ pub static KOTLIN: Lang = Lang {
     // The crate ships no tags query.
     tags: &[],
     query: &[QUERY],
-    self_names: &["this", "super"],
-    implicit_self: true,
-    package_is_directory: false,
-    capitalized_file_modules: false,
-    dispatch: false,
+    rules: Rules {
+        self_names: &["this", "super"],
+        implicit_self: true,
+        ..Rules::NONE
+    },
 };
 
 // `import a.b.*` binds no name: the grammar parses it as `a.b` and a star, so it is left out.

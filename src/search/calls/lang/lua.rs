@@ -4,7 +4,7 @@
 //! class, which is how Lua code written with metatables names its classes; a function bound to
 //! a variable (`local inner = function() end`) is a function of that name.
 
-use super::Lang;
+use super::{Lang, Rules};
 
 pub const LANGS: &[&Lang] = &[&LUA];
 
@@ -16,11 +16,10 @@ pub static LUA: Lang = Lang {
     // gm's query covers the shipped one's definitions and calls, with the owners it lacks.
     tags: &[],
     query: &[QUERY],
-    self_names: &["self"],
-    implicit_self: false,
-    package_is_directory: false,
-    capitalized_file_modules: false,
-    dispatch: false,
+    rules: Rules {
+        self_names: &["self"],
+        ..Rules::NONE
+    },
 };
 
 const QUERY: &str = r#"

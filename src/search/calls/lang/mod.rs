@@ -7,7 +7,7 @@
 use std::sync::OnceLock;
 
 use super::spec::compile;
-pub use super::spec::{Compiled, Lang};
+pub use super::spec::{Compiled, Lang, Rules};
 
 impl Lang {
     /// The compiled queries; `None` (and a note on stderr, once) when they do not compile

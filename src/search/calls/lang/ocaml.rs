@@ -12,7 +12,7 @@
 //! a value, no function: the calls in it are its enclosing function's. An interface file
 //! (`.mli`) is outlined by its declarations.
 
-use super::Lang;
+use super::{Lang, Rules};
 
 pub const LANGS: &[&Lang] = &[&OCAML, &OCAML_INTERFACE];
 
@@ -24,13 +24,14 @@ pub static OCAML: Lang = Lang {
     // The shipped tags query names every `let` a function (values too) and tags no method.
     tags: &[],
     query: &[QUERY],
-    // The self name is the class's choice (`object (self)`): a pattern binds it.
-    self_names: &[],
-    // A bare call in a module's function reaches the module's own function first.
-    implicit_self: true,
-    package_is_directory: false,
-    capitalized_file_modules: true,
-    dispatch: false,
+    rules: Rules {
+        // The self name is the class's choice (`object (self)`): a pattern binds it.
+        self_names: &[],
+        // A bare call in a module's function reaches the module's own function first.
+        implicit_self: true,
+        capitalized_file_modules: true,
+        ..Rules::NONE
+    },
 };
 
 /// An interface file (`.mli`), in the grammar's interface dialect: declarations only, outlined

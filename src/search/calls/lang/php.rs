@@ -1,7 +1,7 @@
 //! PHP: classes, interfaces and traits, `$this`/`self::`/`static::`, `Type::f`, namespaces and
 //! `use A\B as C`, typed parameters and properties, `$x = new T()`.
 
-use super::Lang;
+use super::{Lang, Rules};
 
 pub const LANGS: &[&Lang] = &[&PHP];
 
@@ -12,11 +12,10 @@ pub static PHP: Lang = Lang {
     grammar: || tree_sitter_php::LANGUAGE_PHP.into(),
     tags: &[tree_sitter_php::TAGS_QUERY],
     query: &[QUERY],
-    self_names: &["$this", "self", "static", "parent"],
-    implicit_self: false,
-    package_is_directory: false,
-    capitalized_file_modules: false,
-    dispatch: false,
+    rules: Rules {
+        self_names: &["$this", "self", "static", "parent"],
+        ..Rules::NONE
+    },
 };
 
 const QUERY: &str = r#"

@@ -1,7 +1,7 @@
 //! Python: classes and `self`/`cls`, `import a.b as c` and `from a import b as c`, and
 //! receivers typed by an annotation or by `x = Class()`.
 
-use super::Lang;
+use super::{Lang, Rules};
 
 pub const LANGS: &[&Lang] = &[&PYTHON];
 
@@ -12,11 +12,10 @@ pub static PYTHON: Lang = Lang {
     grammar: || tree_sitter_python::LANGUAGE.into(),
     tags: &[tree_sitter_python::TAGS_QUERY],
     query: &[QUERY],
-    self_names: &["self", "cls"],
-    implicit_self: false,
-    package_is_directory: false,
-    capitalized_file_modules: false,
-    dispatch: false,
+    rules: Rules {
+        self_names: &["self", "cls"],
+        ..Rules::NONE
+    },
 };
 
 // A call of a capitalized name is taken as a constructor when typing a variable (PEP 8 names

@@ -11,7 +11,7 @@
 //! `pkg::f()` is a call of `f` qualified by its package, which a workspace only holds under a
 //! directory of that name.
 
-use super::Lang;
+use super::{Lang, Rules};
 
 pub const LANGS: &[&Lang] = &[&R];
 
@@ -24,12 +24,12 @@ pub static R: Lang = Lang {
     // without classes or methods.
     tags: &[],
     query: &[QUERY],
-    self_names: &["self", "private"],
-    // An R6 method calls another through `self$`; a bare name is a function.
-    implicit_self: false,
-    package_is_directory: false,
-    capitalized_file_modules: false,
-    dispatch: false,
+    rules: Rules {
+        self_names: &["self", "private"],
+        // An R6 method calls another through `self$`; a bare name is a function.
+        implicit_self: false,
+        ..Rules::NONE
+    },
 };
 
 const QUERY: &str = r#"

@@ -3,7 +3,7 @@
 //! local variable; telling them apart needs the locals analysis gm does not run, so such calls
 //! are not counted (the shipped query's pattern for them is disabled).
 
-use super::Lang;
+use super::{Lang, Rules};
 
 pub const LANGS: &[&Lang] = &[&RUBY];
 
@@ -14,11 +14,11 @@ pub static RUBY: Lang = Lang {
     grammar: || tree_sitter_ruby::LANGUAGE.into(),
     tags: &[tree_sitter_ruby::TAGS_QUERY],
     query: &[QUERY],
-    self_names: &["self"],
-    implicit_self: true,
-    package_is_directory: false,
-    capitalized_file_modules: false,
-    dispatch: false,
+    rules: Rules {
+        self_names: &["self"],
+        implicit_self: true,
+        ..Rules::NONE
+    },
 };
 
 const QUERY: &str = r#"

@@ -2,7 +2,7 @@
 //! `module::f`), `use a::b as c`, and macros (`name!(...)`), which are calls gm cannot resolve,
 //! as are the call-like tokens in their arguments (`assert_eq!(f(x), 1)`: `f` is counted).
 
-use super::Lang;
+use super::{Lang, Rules};
 
 pub const LANGS: &[&Lang] = &[&RUST];
 
@@ -13,11 +13,10 @@ pub static RUST: Lang = Lang {
     grammar: || tree_sitter_rust::LANGUAGE.into(),
     tags: &[tree_sitter_rust::TAGS_QUERY],
     query: &[QUERY],
-    self_names: &["self", "Self"],
-    implicit_self: false,
-    package_is_directory: false,
-    capitalized_file_modules: false,
-    dispatch: false,
+    rules: Rules {
+        self_names: &["self", "Self"],
+        ..Rules::NONE
+    },
 };
 
 // `let x = Type::f(..)` types `x` as `Type`: most such calls are constructors (`new`, `open`,

@@ -4,7 +4,7 @@
 //! a class parameter) or by a constructor (`new Cache()`, a case class's `Point(1, 2)`). A
 //! lambda bound to a `val` is a function of that name.
 
-use super::Lang;
+use super::{Lang, Rules};
 
 pub const LANGS: &[&Lang] = &[&SCALA];
 
@@ -16,11 +16,11 @@ pub static SCALA: Lang = Lang {
     // The crate ships no tags query.
     tags: &[],
     query: &[QUERY],
-    self_names: &["this", "super"],
-    implicit_self: true,
-    package_is_directory: false,
-    capitalized_file_modules: false,
-    dispatch: false,
+    rules: Rules {
+        self_names: &["this", "super"],
+        implicit_self: true,
+        ..Rules::NONE
+    },
 };
 
 // An object is taken as a class: its methods are then its name's, which is how a companion

@@ -4,7 +4,7 @@
 //! property) or by an initializer call (`let c = Cache()`). A closure bound to a `let` is a
 //! function of that name.
 
-use super::Lang;
+use super::{Lang, Rules};
 
 pub const LANGS: &[&Lang] = &[&SWIFT];
 
@@ -17,11 +17,11 @@ pub static SWIFT: Lang = Lang {
     // every property as one: gm's query says all it needs.
     tags: &[],
     query: &[QUERY],
-    self_names: &["self", "super", "Self"],
-    implicit_self: true,
-    package_is_directory: false,
-    capitalized_file_modules: false,
-    dispatch: false,
+    rules: Rules {
+        self_names: &["self", "super", "Self"],
+        implicit_self: true,
+        ..Rules::NONE
+    },
 };
 
 // Swift has no `new`: a call of a capitalized name is taken as an initializer when typing a

@@ -2,7 +2,7 @@
 //! their types.
 
 use super::javascript::COMMON;
-use super::Lang;
+use super::{Lang, Rules};
 
 pub const LANGS: &[&Lang] = &[&TYPESCRIPT, &TSX];
 
@@ -13,11 +13,10 @@ pub static TYPESCRIPT: Lang = Lang {
     grammar: || tree_sitter_typescript::LANGUAGE_TYPESCRIPT.into(),
     tags: &[tree_sitter_javascript::TAGS_QUERY, tree_sitter_typescript::TAGS_QUERY],
     query: &[COMMON, TS_ONLY],
-    self_names: &["this", "super"],
-    implicit_self: false,
-    package_is_directory: false,
-    capitalized_file_modules: false,
-    dispatch: false,
+    rules: Rules {
+        self_names: &["this", "super"],
+        ..Rules::NONE
+    },
 };
 
 pub static TSX: Lang = Lang {

@@ -6,7 +6,7 @@
 //! literal (`Repo{}`) or the `T.init()` constructor convention. Zig has no closures: a local
 //! function is a function of a local struct, `Local.f()`.
 
-use super::Lang;
+use super::{Lang, Rules};
 
 pub const LANGS: &[&Lang] = &[&ZIG];
 
@@ -18,12 +18,11 @@ pub static ZIG: Lang = Lang {
     // The crate ships no tags query.
     tags: &[],
     query: &[QUERY],
-    // `self` is an ordinary parameter, typed by its declaration like any other.
-    self_names: &[],
-    implicit_self: false,
-    package_is_directory: false,
-    capitalized_file_modules: false,
-    dispatch: false,
+    rules: Rules {
+        // `self` is an ordinary parameter, typed by its declaration like any other.
+        self_names: &[],
+        ..Rules::NONE
+    },
 };
 
 const QUERY: &str = r#"
