@@ -610,6 +610,16 @@ fn a_running_worker_follows_the_users_config_file_turning_export_on_changing_it_
     // Off at start: nothing to say, nothing sent.
     gm.js("await gm.stat_file({ path: 'a.txt' }); return 1");
     assert!(gm.events_of("otel").is_empty());
+    // The repository cannot turn export on while the worker runs either: a config in its own
+    // folder, written by a body, and waited for past several polls, changes nothing.
+    let stranger = json!({ "otel": { "endpoint": first.endpoint() } }).to_string();
+    gm.js(&format!("await gm.write_file({{ path: '.gm/config.json', content: {} }}); return 1", json!(stranger)));
+    std::fs::write(gm.workspace.join("config.json"), &stranger).expect("write");
+    std::thread::sleep(Duration::from_millis(300));
+    gm.js("await gm.stat_file({ path: 'a.txt' }); return 1");
+    std::thread::sleep(Duration::from_millis(400));
+    assert!(gm.events_of("otel").is_empty(), "a workspace file changed export");
+    assert!(first.records("span").is_empty(), "a workspace file sent spans");
 
     // The user turns export on: the running worker exports its next calls.
     let on = |endpoint: String, service: &str| json!({ "otel": { "endpoint": endpoint, "serviceName": service } });
