@@ -155,7 +155,7 @@ async fn call_tool(
     // Long strings in the arguments (a file's content) go to the blob store, not the line.
     let logged_args = app.ctx.blobs.args_for_log(&args, &secrets);
     let trace = |key: &str| meta.as_ref().and_then(|m| m.get(key));
-    let span_id = span.as_ref().and_then(|s| telemetry::traceparent(s.context()));
+    let span_id = span.as_ref().and_then(telemetry::RequestSpan::traceparent);
     let fields = ActionFields {
         tool: &name,
         id: &id,

@@ -4,8 +4,10 @@
 //! duration metric from that note, in batches. The SDK's span start, the attribute vectors, the
 //! batch processor's queue and the histogram's attribute lookup cost a `stat_file` round trip
 //! ~8 % when they ran in the request (`mcp-bench otel`), and a thread woken per request cost
-//! more; a note is a few strings pushed under an uncontended lock, and only the first note of
-//! a batch wakes the thread. A full queue drops the note: it counts as an unsent span.
+//! more. A note is pushed under an uncontended lock into room kept from the last batch, and
+//! only the first note of a batch wakes the thread; it copies no text (names are shared, the
+//! id stays a number), since each copy was an allocation made on the request's thread and freed
+//! on this one. A full queue drops the note: it counts as an unsent span.
 
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, SystemTime};
@@ -25,13 +27,13 @@ const GATHER: Duration = Duration::from_millis(50);
 
 /// What a request's SERVER span and duration metric are made of.
 pub(super) struct Note {
-    pub method: String,
+    pub method: Arc<str>,
     /// The tool's name, the resource's URI, the prompt's name.
-    pub target: Option<String>,
-    pub session: String,
-    pub id: String,
+    pub target: Option<Arc<str>>,
+    pub session: Arc<str>,
+    pub id: RequestId,
     pub transport: Transport,
-    pub protocol: Option<String>,
+    pub protocol: Option<&'static str>,
     pub trace_id: TraceId,
     pub span_id: SpanId,
     /// The host's span (from `params._meta.traceparent`), the parent.
@@ -43,6 +45,21 @@ pub(super) struct Note {
     pub error: Option<(String, String)>,
     /// Arguments and result (`GM_OTEL_CONTENT=1`), already masked and cut.
     pub content: Option<(String, String)>,
+}
+
+/// A request's JSON-RPC id: nearly always a number, kept as one until the span is built.
+pub(super) enum RequestId {
+    Number(i64),
+    Text(String),
+}
+
+impl RequestId {
+    fn text(&self) -> String {
+        match self {
+            RequestId::Number(n) => n.to_string(),
+            RequestId::Text(s) => s.clone(),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -74,12 +91,12 @@ impl Deferred {
     }
 
     /// Hands `note` over; `false` when the queue is full and it was dropped.
-    pub fn send(&self, note: Box<Note>) -> bool {
+    pub fn send(&self, note: Note) -> bool {
         let Ok(mut waiting) = self.queue.waiting.lock() else { return false };
         if waiting.notes.len() >= QUEUE {
             return false;
         }
-        waiting.notes.push(*note);
+        waiting.notes.push(note);
         let first = waiting.notes.len() == 1;
         drop(waiting);
         if first {
@@ -109,6 +126,9 @@ impl Deferred {
 }
 
 fn run(queue: &Queue, tracer: Option<SdkTracer>, operation: Option<Histogram<f64>>) {
+    // The last batch's vector, emptied, goes back for the next: requests push into room
+    // already there rather than growing a new vector from nothing each batch.
+    let mut spare = Vec::new();
     loop {
         let Ok(mut waiting) = queue.waiting.lock() else { return };
         while waiting.notes.is_empty() && waiting.flushes.is_empty() {
@@ -129,13 +149,10 @@ fn run(queue: &Queue, tracer: Option<SdkTracer>, operation: Option<Histogram<f64
                 Err(_) => return,
             };
         }
-        let batch = Waiting {
-            notes: std::mem::take(&mut waiting.notes),
-            flushes: std::mem::take(&mut waiting.flushes),
-            stopped: false,
-        };
+        let mut notes = std::mem::replace(&mut waiting.notes, std::mem::take(&mut spare));
+        let flushes = std::mem::take(&mut waiting.flushes);
         drop(waiting);
-        for note in &batch.notes {
+        for note in &notes {
             if let Some(tracer) = &tracer {
                 span(tracer, note);
             }
@@ -143,7 +160,9 @@ fn run(queue: &Queue, tracer: Option<SdkTracer>, operation: Option<Histogram<f64
                 histogram.record(note.seconds, &labels(note));
             }
         }
-        for done in batch.flushes {
+        notes.clear();
+        spare = notes;
+        for done in flushes {
             let _ = done.send(());
         }
     }
@@ -153,18 +172,18 @@ fn run(queue: &Queue, tracer: Option<SdkTracer>, operation: Option<Histogram<f64
 fn span(tracer: &SdkTracer, note: &Note) {
     let name = match &note.target {
         Some(target) => format!("{} {target}", note.method),
-        None => note.method.clone(),
+        None => note.method.to_string(),
     };
     let mut attributes = vec![
         KeyValue::new("mcp.method.name", note.method.clone()),
         KeyValue::new("mcp.session.id", note.session.clone()),
-        KeyValue::new("jsonrpc.request.id", note.id.clone()),
+        KeyValue::new("jsonrpc.request.id", note.id.text()),
         KeyValue::new("network.transport", note.transport.as_str()),
     ];
-    if let Some(version) = &note.protocol {
-        attributes.push(KeyValue::new("mcp.protocol.version", version.clone()));
+    if let Some(version) = note.protocol {
+        attributes.push(KeyValue::new("mcp.protocol.version", version));
     }
-    match (note.method.as_str(), &note.target) {
+    match (&*note.method, &note.target) {
         ("tools/call", Some(tool)) => {
             attributes.push(KeyValue::new("gen_ai.tool.name", tool.clone()));
             attributes.push(KeyValue::new("gen_ai.operation.name", "execute_tool"));
@@ -201,7 +220,7 @@ fn labels(note: &Note) -> Vec<KeyValue> {
         KeyValue::new("mcp.method.name", note.method.clone()),
         KeyValue::new("network.transport", note.transport.as_str()),
     ];
-    if let ("tools/call", Some(tool)) = (note.method.as_str(), &note.target) {
+    if let ("tools/call", Some(tool)) = (&*note.method, &note.target) {
         labels.push(KeyValue::new("gen_ai.tool.name", tool.clone()));
     }
     if let Some((error, _)) = &note.error {

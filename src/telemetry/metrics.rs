@@ -1,7 +1,10 @@
 //! The instruments: the MCP semantic conventions' two (`mcp.server.operation.duration`,
 //! `mcp.server.session.duration`) and gm's own.
 
-use opentelemetry::metrics::{Counter, Histogram, Meter, ObservableCounter, ObservableUpDownCounter, UpDownCounter};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+
+use opentelemetry::metrics::{Counter, Histogram, Meter, ObservableCounter, ObservableUpDownCounter};
 use opentelemetry::KeyValue;
 
 /// Bucket boundaries (seconds) the MCP conventions recommend for both durations.
@@ -12,8 +15,10 @@ pub struct Instruments {
     pub operation: Histogram<f64>,
     /// One session's time, from its opening to its end.
     pub session: Histogram<f64>,
-    /// Requests being answered now.
-    pub in_flight: UpDownCounter<i64>,
+    /// Requests being answered now: counted by the requests with one atomic add each, read at
+    /// each metrics export (the SDK's up-down counter took its attribute lookup per request).
+    pub in_flight: Arc<AtomicI64>,
+    pub _in_flight: ObservableUpDownCounter<i64>,
     /// Child server starts, by `gm.child.server` and `outcome` (`ready`, `failed`).
     pub child_starts: Counter<u64>,
     /// Bytes the result budget cut from replies (kept whole in `.gm/out/`).
@@ -30,6 +35,8 @@ pub struct Instruments {
 
 impl Instruments {
     pub fn new(meter: &Meter) -> Self {
+        let in_flight = Arc::new(AtomicI64::new(0));
+        let read = in_flight.clone();
         Self {
             operation: meter
                 .f64_histogram("mcp.server.operation.duration")
@@ -43,10 +50,12 @@ impl Instruments {
                 .with_description("The duration of an MCP session")
                 .with_boundaries(DURATION_BOUNDARIES.to_vec())
                 .build(),
-            in_flight: meter
-                .i64_up_down_counter("gm.requests.in_flight")
+            in_flight,
+            _in_flight: meter
+                .i64_observable_up_down_counter("gm.requests.in_flight")
                 .with_unit("{request}")
                 .with_description("MCP requests gm is answering")
+                .with_callback(move |observer| observer.observe(read.load(Ordering::Relaxed), &[]))
                 .build(),
             child_starts: meter
                 .u64_counter("gm.child_server.starts")

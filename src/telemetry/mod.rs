@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
+use opentelemetry::trace::{SpanContext, TraceContextExt, TracerProvider as _};
 use opentelemetry::{Context, InstrumentationScope, KeyValue};
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
@@ -262,8 +262,11 @@ pub fn current_parent() -> Option<Context> {
 
 /// A span's W3C traceparent, `None` for no valid span (traces off).
 pub fn traceparent(cx: &Context) -> Option<String> {
-    let span = cx.span();
-    let sc = span.span_context();
+    traceparent_of(cx.span().span_context())
+}
+
+/// A span's W3C `traceparent`, `None` for an invalid one.
+fn traceparent_of(sc: &SpanContext) -> Option<String> {
     if !sc.is_valid() {
         return None;
     }

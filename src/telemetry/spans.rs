@@ -2,6 +2,9 @@
 //! `execute_tool <verb>` span per `gm.*` call of a run_code body. Protocol values come in as
 //! plain strings and JSON; nothing here knows gm's server.
 
+use std::cell::RefCell;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
 use std::time::{Instant, SystemTime};
 
 use opentelemetry::propagation::{Extractor, TextMapPropagator};
@@ -10,7 +13,7 @@ use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator};
 
-use super::deferred::Note;
+use super::deferred::{Note, RequestId};
 use serde_json::{Map, Value};
 
 use super::Telemetry;
@@ -42,14 +45,13 @@ pub struct Request<'a> {
     pub method: &'a str,
     /// The tool's name, the resource's URI, the prompt's name: after the method in the span's name.
     pub target: Option<&'a str>,
-    pub session: &'a str,
-    pub protocol: Option<&'a str>,
+    pub session: &'a Arc<str>,
+    pub protocol: Option<&'static str>,
     pub id: &'a Value,
     pub transport: Transport,
     /// The request's `params._meta`, whose `traceparent` (W3C) makes the span its child.
     pub meta: Option<&'a Map<String, Value>>,
 }
-
 /// How a request ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome<'a> {
@@ -95,49 +97,53 @@ pub fn host_context(meta: Option<&Map<String, Value>>) -> Context {
 }
 
 /// A request's span, open until [`RequestSpan::end`] (or its drop, as cancelled).
+///
+/// Opening one is cheap on purpose (`mcp-bench otel`): its ids and times, the names it shares
+/// and one atomic add. The SDK's span is built when it ends, off this thread
+/// ([`super::deferred`]), and its [`Context`] only when something asks for it.
 pub struct RequestSpan {
     telemetry: &'static Telemetry,
-    /// The `mcp.protocol.version` it carries, if known when it opened.
-    protocol: Option<String>,
-    /// The span as a parent, by its ids: the span itself is built when it ends, off this
-    /// thread ([`super::deferred`]).
-    cx: Context,
+    /// Its ids as a parent's (flags and state follow the host's); `None` when only metrics
+    /// are exported.
+    own: Option<SpanContext>,
+    /// The span as a parent, made on first use: only a run_code body's calls need one.
+    cx: OnceLock<Context>,
     started: Instant,
     /// What the span is made of; taken when it ends.
-    note: Option<Box<Note>>,
+    note: Option<Note>,
 }
 
 impl Telemetry {
     /// Opens the SERVER span of a request (a child of the host's trace when `_meta` has one).
     pub fn request(&'static self, r: &Request<'_>) -> RequestSpan {
-        let host = host_context(r.meta);
-        let host = host.span().span_context().clone();
-        let parent = host.is_valid().then_some(host);
+        let parent = r.meta.and_then(|meta| {
+            let host = host_context(Some(meta));
+            let host = host.span().span_context().clone();
+            host.is_valid().then_some(host)
+        });
         let ids = RandomIdGenerator::default();
         let trace_id = parent.as_ref().map_or_else(|| ids.new_trace_id(), SpanContext::trace_id);
         let span_id = ids.new_span_id();
-        let cx = match (&self.tracer, &parent) {
-            (None, _) => Context::new(),
-            (Some(_), host) => {
-                let (flags, state) = host.as_ref().map_or((TraceFlags::SAMPLED, TraceState::default()), |h| {
-                    (h.trace_flags(), h.trace_state().clone())
-                });
-                Context::new().with_remote_span_context(SpanContext::new(trace_id, span_id, flags, false, state))
-            }
-        };
+        let own = self.tracer.as_ref().map(|_| {
+            let (flags, state) = parent
+                .as_ref()
+                .map_or((TraceFlags::SAMPLED, TraceState::default()), |h| (h.trace_flags(), h.trace_state().clone()));
+            SpanContext::new(trace_id, span_id, flags, false, state)
+        });
         if let Some(m) = &self.instruments {
-            m.in_flight.add(1, &[]);
+            m.in_flight.fetch_add(1, Ordering::Relaxed);
         }
         let note = Note {
-            method: r.method.to_owned(),
-            target: r.target.map(str::to_owned),
-            session: r.session.to_owned(),
+            method: shared(r.method),
+            target: r.target.map(shared),
+            session: r.session.clone(),
             id: match r.id {
-                Value::String(s) => s.clone(),
-                other => other.to_string(),
+                Value::Number(n) => n.as_i64().map_or_else(|| RequestId::Text(n.to_string()), RequestId::Number),
+                Value::String(s) => RequestId::Text(s.clone()),
+                other => RequestId::Text(other.to_string()),
             },
             transport: r.transport,
-            protocol: r.protocol.map(str::to_owned),
+            protocol: r.protocol,
             trace_id,
             span_id,
             parent,
@@ -147,8 +153,7 @@ impl Telemetry {
             error: None,
             content: None,
         };
-        let protocol = r.protocol.map(str::to_owned);
-        RequestSpan { telemetry: self, protocol, cx, started: Instant::now(), note: Some(Box::new(note)) }
+        RequestSpan { telemetry: self, own, cx: OnceLock::new(), started: Instant::now(), note: Some(note) }
     }
 
     /// Opens the INTERNAL span of one `gm.*` call of a body, under `parent` (its run_code's span).
@@ -200,6 +205,28 @@ impl Telemetry {
     }
 }
 
+/// The names a request's span repeats (its method, its tool, a resource's URI), shared with
+/// the last requests' rather than copied: a copy per request is an allocation here freed on
+/// the span thread. A few recent names are kept per thread; a name not among them is copied.
+fn shared(name: &str) -> Arc<str> {
+    const KEPT: usize = 32;
+    thread_local! {
+        static RECENT: RefCell<Vec<Arc<str>>> = const { RefCell::new(Vec::new()) };
+    }
+    RECENT.with(|recent| {
+        let mut recent = recent.borrow_mut();
+        if let Some(hit) = recent.iter().find(|kept| ***kept == *name) {
+            return hit.clone();
+        }
+        let copy: Arc<str> = Arc::from(name);
+        if recent.len() == KEPT {
+            recent.remove(0);
+        }
+        recent.push(copy.clone());
+        copy
+    })
+}
+
 /// The id of the CLIENT span of a child server's call made under the span `internal` (one call
 /// a span): the same for the live span and for the one `gm otel-export` rebuilds.
 pub fn client_span_of(internal: SpanId) -> SpanId {
@@ -217,19 +244,26 @@ pub fn client_span_of(internal: SpanId) -> SpanId {
 impl RequestSpan {
     /// The span as a parent, for what runs inside the request.
     pub fn context(&self) -> &Context {
-        &self.cx
+        self.cx.get_or_init(|| match &self.own {
+            Some(own) => Context::new().with_remote_span_context(own.clone()),
+            None => Context::new(),
+        })
     }
 
-    pub fn protocol(&self) -> Option<&str> {
-        self.protocol.as_deref()
+    /// Its W3C `traceparent` (for the log), without making its context.
+    pub fn traceparent(&self) -> Option<String> {
+        self.own.as_ref().and_then(super::traceparent_of)
+    }
+
+    pub fn protocol(&self) -> Option<&'static str> {
+        self.note.as_ref().and_then(|n| n.protocol)
     }
 
     /// Sets `mcp.protocol.version` once it is known (initialize negotiates it).
-    pub fn set_protocol(&mut self, version: &str) {
+    pub fn set_protocol(&mut self, version: &'static str) {
         if let Some(note) = self.note.as_mut() {
-            note.protocol = Some(version.to_owned());
+            note.protocol = Some(version);
         }
-        self.protocol = Some(version.to_owned());
     }
 
     /// With `GM_OTEL_CONTENT=1`, the call's arguments and result (already masked as for the
@@ -251,10 +285,11 @@ impl RequestSpan {
         let Some(mut note) = self.note.take() else { return };
         let t = self.telemetry;
         if let Some(m) = &t.instruments {
-            m.in_flight.add(-1, &[]);
+            m.in_flight.fetch_sub(1, Ordering::Relaxed);
         }
-        note.end = SystemTime::now();
-        note.seconds = self.started.elapsed().as_secs_f64();
+        let took = self.started.elapsed();
+        note.end = note.start + took;
+        note.seconds = took.as_secs_f64();
         note.error = outcome.error_type().map(|error| {
             let description = match outcome {
                 Outcome::ToolError(Some(code)) => code.to_owned(),
@@ -348,6 +383,17 @@ mod tests {
         assert!(parent.is_remote());
         assert_eq!(parent.trace_id().to_string(), "4bf92f3577b34da6a3ce929d0e0e4736");
         assert!(!host_context(None).span().span_context().is_valid());
+    }
+
+    #[test]
+    fn a_name_repeated_by_requests_is_shared_and_one_past_the_kept_ones_still_reads_right() {
+        let first = shared("tools/call");
+        assert!(Arc::ptr_eq(&first, &shared("tools/call")), "the same name is one allocation");
+        let many: Vec<Arc<str>> = (0..100).map(|i| shared(&format!("tool-{i}"))).collect();
+        for (i, name) in many.iter().enumerate() {
+            assert_eq!(&**name, format!("tool-{i}"));
+        }
+        assert_eq!(&*shared("tools/call"), "tools/call", "an evicted name is copied again");
     }
 
     #[test]
