@@ -5,9 +5,10 @@
 //! event's own fields. An event of a session carries that session's run; the worker's own events
 //! (start, watch, child servers, jobs it adopts) carry the worker's id as their `run`.
 //!
-//! Durability: events are buffered and group-committed — written together at most
-//! [`COMMIT_INTERVAL`] after the first unwritten event, then fdatasync'ed by a sync thread, so
-//! the ~170 µs fsync never stalls the arbiter that serves requests. A [`Flush`] (sent by
+//! Durability: events are buffered and group-committed — handed over together at most
+//! [`COMMIT_INTERVAL`] after the first unwritten event to a sync thread, which writes them and
+//! fdatasyncs the file, so neither the ~170 µs fsync nor the write of a commit's lines (tens of
+//! KB copied into the page cache) stalls the arbiter that serves requests. A [`Flush`] (sent by
 //! `finish` before it replies) writes and syncs everything at once, on the spot. A crash can lose at most the last
 //! commit interval of events; a torn last line is cut off at the next open, and nothing
 //! before it is lost.
@@ -68,7 +69,8 @@ impl LogWriter {
         let mut file = crate::state_file::open_own(path, crate::state_file::How::APPEND)
             .map_err(|e| open_err(std::io::Error::from(e)))?;
         let report = repair_and_scan(&mut file).map_err(open_err)?;
-        let sync = spawn_syncer(file.try_clone().map_err(open_err)?).map_err(open_err)?;
+        let sync =
+            spawn_syncer(file.try_clone().map_err(open_err)?, file.try_clone().map_err(open_err)?).map_err(open_err)?;
         let writer = Self {
             path: path.to_owned(),
             file,
@@ -129,34 +131,29 @@ impl LogWriter {
         self.seq
     }
 
-    /// Writes the buffer to the file and syncs it.
+    /// Writes everything not yet in the file (the sync thread's share first) and syncs it.
     pub fn commit(&mut self) -> Result<(), LogError> {
-        if !self.buf.is_empty() {
-            let res = self.file.write_all(&self.buf);
-            self.buf.clear();
-            res?;
+        let wrote = self.write_out()?;
+        if wrote {
             self.file.sync_data()?;
         }
         Ok(())
     }
 
-    /// Writes the buffer to the file and has the sync thread sync it.
+    /// Hands the buffer to the sync thread, which writes and syncs it.
     pub fn commit_in_background(&mut self) -> Result<(), LogError> {
         if !self.buf.is_empty() {
-            self.write_out()?;
-            self.sync.request();
+            self.sync.hand(&mut self.buf);
         }
-        Ok(())
+        self.sync.failure().map_or(Ok(()), |e| Err(LogError::Write(e)))
     }
 
-    /// Writes the buffer to the file without syncing (for readers in this process).
-    fn write_out(&mut self) -> Result<(), LogError> {
-        if !self.buf.is_empty() {
-            let res = self.file.write_all(&self.buf);
-            self.buf.clear();
-            res?;
-        }
-        Ok(())
+    /// Writes everything not yet in the file, without syncing (for readers in this process);
+    /// whether there was anything.
+    fn write_out(&mut self) -> Result<bool, LogError> {
+        let res = self.sync.write_now(&self.buf);
+        self.buf.clear();
+        Ok(res?)
     }
 
     fn note_failure(&mut self, res: Result<(), LogError>) {
@@ -171,29 +168,60 @@ impl LogWriter {
     }
 }
 
-/// Wakes the sync thread: a flag under a mutex and a condition variable, so that the thread
-/// sleeps at once between syncs (a channel's receive spins and yields first, and on a busy core
-/// each yield takes a turn from the calls being served). Dropping it ends the thread.
+/// The sync thread's side: committed lines under a mutex and a condition variable, so that
+/// the thread sleeps at once between commits (a channel's receive spins and yields first, and
+/// on a busy core each yield takes a turn from the calls being served). Dropping it ends the
+/// thread.
 struct Syncer(Arc<SyncSignal>);
 
-#[derive(Default)]
 struct SyncSignal {
     state: Mutex<SyncState>,
     wake: Condvar,
+    /// Every write to the file, the thread's and the actor's. Lines are taken from `pending`
+    /// only while it is held, so they reach the file in the order they were committed.
+    out: Mutex<File>,
 }
 
 #[derive(Default)]
 struct SyncState {
+    /// Committed lines not yet written.
+    pending: Vec<u8>,
     due: bool,
     closed: bool,
+    /// The thread's last write or sync failure, reported by the actor's next commit.
+    failed: Option<std::io::Error>,
 }
 
 impl Syncer {
-    fn request(&self) {
+    /// Hands `buf`'s lines over (leaving it empty, with room) and wakes the thread.
+    fn hand(&self, buf: &mut Vec<u8>) {
         if let Ok(mut state) = self.0.state.lock() {
+            if state.pending.is_empty() {
+                std::mem::swap(&mut state.pending, buf);
+            } else {
+                state.pending.extend_from_slice(buf);
+                buf.clear();
+            }
             state.due = true;
         }
         self.0.wake.notify_one();
+    }
+
+    /// Writes the lines handed over and not yet written, then `more`, on this thread; whether
+    /// anything was written.
+    fn write_now(&self, more: &[u8]) -> std::io::Result<bool> {
+        let mut out = self.0.out.lock().map_err(|_| std::io::Error::other("the log's writer panicked"))?;
+        let pending = match self.0.state.lock() {
+            Ok(mut state) => std::mem::take(&mut state.pending),
+            Err(_) => Vec::new(),
+        };
+        out.write_all(&pending)?;
+        out.write_all(more)?;
+        Ok(!pending.is_empty() || !more.is_empty())
+    }
+
+    fn failure(&self) -> Option<std::io::Error> {
+        self.0.state.lock().ok()?.failed.take()
     }
 }
 
@@ -206,8 +234,8 @@ impl Drop for Syncer {
     }
 }
 
-fn spawn_syncer(file: File) -> std::io::Result<Syncer> {
-    let signal = Arc::new(SyncSignal::default());
+fn spawn_syncer(file: File, out: File) -> std::io::Result<Syncer> {
+    let signal = Arc::new(SyncSignal { state: Mutex::default(), wake: Condvar::new(), out: Mutex::new(out) });
     let theirs = signal.clone();
     std::thread::Builder::new().name("gm-log-sync".into()).spawn(move || loop {
         let Ok(mut state) = theirs.state.lock() else { return };
@@ -218,15 +246,42 @@ fn spawn_syncer(file: File) -> std::io::Result<Syncer> {
             };
         }
         if !state.due {
-            return; // closed, nothing left to sync
+            return; // closed, nothing left to write
         }
         state.due = false;
         drop(state);
-        if let Err(e) = file.sync_data() {
-            eprintln!("gm: cannot sync the run log: {e}");
+        let res = write_and_sync(&theirs, &file);
+        if let Err(e) = res {
+            eprintln!("gm: cannot write the run log: {e}");
+            if let Ok(mut state) = theirs.state.lock() {
+                state.failed = Some(e);
+            }
         }
     })?;
     Ok(Syncer(signal))
+}
+
+/// The sync thread's turn: the lines handed over, written (their vector, emptied, goes back for
+/// the next commit), then the file synced.
+fn write_and_sync(signal: &SyncSignal, file: &File) -> std::io::Result<()> {
+    {
+        let mut out = signal.out.lock().map_err(|_| std::io::Error::other("the log's writer panicked"))?;
+        let mut lines = match signal.state.lock() {
+            Ok(mut state) => std::mem::take(&mut state.pending),
+            Err(_) => return Ok(()),
+        };
+        // Empty when the actor wrote them itself (a reader came first): they are synced still.
+        let res = out.write_all(&lines);
+        drop(out);
+        lines.clear();
+        if let Ok(mut state) = signal.state.lock() {
+            if state.pending.is_empty() && state.pending.capacity() < lines.capacity() {
+                state.pending = lines;
+            }
+        }
+        res?;
+    }
+    file.sync_data()
 }
 
 fn repair_and_scan(file: &mut File) -> std::io::Result<OpenReport> {
@@ -399,7 +454,7 @@ impl Handler<Tail> for LogWriter {
     fn handle(&mut self, msg: Tail, _: &mut Context<Self>) -> Self::Result {
         // Read back from the file when asked (once per step) rather than kept per event (on
         // every call's path).
-        let res = self.write_out();
+        let res = self.write_out().map(|_| ());
         self.note_failure(res);
         let path = self.path.clone();
         Box::pin(async move {
@@ -458,6 +513,39 @@ mod tests {
         let all = tail_file(&path, 100).expect("tail");
         assert_eq!(all.len(), 31, "the whole file when it holds fewer events than asked");
         assert_eq!(all[0]["run"], "run-a", "a young run's tail reaches into the previous run");
+        let _ = std::fs::remove_dir_all(path.parent().expect("dir"));
+    }
+
+    /// The seqs in the file, each line whole.
+    fn seqs_in(path: &Path) -> Vec<u64> {
+        let text = std::fs::read_to_string(path).expect("read");
+        text.lines()
+            .map(|l| serde_json::from_str::<Value>(l).expect("a whole line")["seq"].as_u64().expect("seq"))
+            .collect()
+    }
+
+    #[test]
+    fn lines_handed_to_the_sync_thread_and_lines_a_reader_writes_out_reach_the_file_whole_and_in_order() {
+        let path = temp_log("handover");
+        let (mut w, _) = LogWriter::open(&path, "run").expect("open");
+        let mut last = 0;
+        // The thread writes a commit while the actor hands over the next or writes out for a
+        // reader: every interleaving of the two, by repetition.
+        for round in 0..400usize {
+            for _ in 0..round % 7 + 1 {
+                last = w.append(Event::new("action", json!({ "pad": "y".repeat(round % 300) })));
+            }
+            w.commit_in_background().expect("commit");
+            if round % 3 == 0 {
+                // A reader comes while lines wait both with the thread and in the buffer.
+                last = w.append(Event::new("action", json!({ "after": round })));
+                w.write_out().expect("write out");
+                assert_eq!(seqs_in(&path), (1..=last).collect::<Vec<_>>(), "a reader sees every event, round {round}");
+            }
+        }
+        w.commit().expect("commit");
+        assert_eq!(seqs_in(&path), (1..=last).collect::<Vec<_>>());
+        drop(w);
         let _ = std::fs::remove_dir_all(path.parent().expect("dir"));
     }
 
