@@ -783,87 +783,152 @@ fn otel(args: &[String]) {
         ("export on, collector never answering", Some(&stuck_url)),
         ("export off, a second worker (control)", None),
     ];
-    let mut servers: Vec<(Server, String)> = configs
-        .iter()
-        .enumerate()
-        .map(|(i, (_, endpoint))| {
-            let ws = dir.join(format!("ws-{i}"));
-            std::fs::create_dir_all(&ws).expect("workspace");
-            let file = ws.join("target.txt");
-            std::fs::write(&file, "x".repeat(4096)).expect("file");
-            let cmd = vec![
-                gm.clone(),
-                "serve".into(),
-                "--surface".into(),
-                "tools".into(),
-                "--workspace".into(),
-                ws.to_string_lossy().into_owned(),
-            ];
-            let endpoint_path = endpoint.map(std::path::PathBuf::from);
-            let mut env: Vec<(&str, &std::path::Path)> =
-                vec![("GM_DEFAULTS_DIR", defaults.as_path()), ("GM_WORKER_IDLE_MS", idle.as_path())];
-            if let Some(e) = &endpoint_path {
-                env.push(("OTEL_EXPORTER_OTLP_ENDPOINT", e.as_path()));
-            }
-            let mut s = Server::spawn_env(&cmd, &env);
-            s.initialize();
-            (s, file.to_string_lossy().into_owned())
-        })
-        .collect();
-    let mut times: Vec<Vec<f64>> = vec![Vec::new(); configs.len()];
-    let params: Vec<Value> =
-        servers.iter().map(|(_, file)| json!({ "name": "stat_file", "arguments": { "path": file } })).collect();
-    for ((s, _), p) in servers.iter_mut().zip(&params) {
-        for _ in 0..200 {
-            s.request("tools/call", p.clone());
-        }
-    }
-    // Each setting's worker (the process `gm serve` hands the session to): its CPU by thread,
-    // before and after the timed calls.
-    let workers: Vec<Option<i32>> = (0..servers.len()).map(|i| worker_pid(&dir.join(format!("ws-{i}")))).collect();
-    let cpu_before: Vec<(f64, f64)> = workers.iter().map(|p| p.map_or((0.0, 0.0), thread_cpu)).collect();
-    // In blocks of `BLOCK` calls, the settings in turns, each round starting at another one:
-    // the machine's slow phases fall on every setting alike, and a block is not disturbed by
-    // another worker's log still syncing (call-by-call turns measured mostly that). After
-    // each block, a quiet `GAP` for every setting alike: what a worker does after its calls
-    // (its log's sync, its span thread's gathered batch, 50 ms on) then falls in its own gap,
-    // not in the next worker's block. Without it, each setting always followed the same one
-    // (the collector refusing followed the accepting one) and its p99 measured its
-    // predecessor's export.
     const BLOCK: usize = 500;
     let gap =
         arg(args, "--gap-ms").and_then(|ms| ms.parse().ok()).map_or(Duration::from_millis(120), Duration::from_millis);
-    let count = servers.len();
-    for round in 0..rounds * n.div_ceil(BLOCK) {
-        for k in 0..count {
-            let i = (round + k) % count;
-            for _ in 0..BLOCK {
-                let t = Instant::now();
-                servers[i].0.send("tools/call", params[i].clone());
-                servers[i].0.read_reply();
-                times[i].push(t.elapsed().as_secs_f64() * 1e6);
+    let count = configs.len();
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); count];
+    let mut cpu: Vec<(f64, f64)> = vec![(0.0, 0.0); count];
+    // Each round starts fresh workers, in workspaces of their own: two identical workers' p99
+    // differed by 5-8 % within a run, and whatever part of that belongs to the process (where
+    // its memory landed) stays for its life; fresh processes each round spread it over rounds.
+    for round in 0..rounds {
+        let mut servers: Vec<(Server, String)> = configs
+            .iter()
+            .enumerate()
+            .map(|(i, (_, endpoint))| {
+                let ws = dir.join(format!("r{round}-ws-{i}"));
+                std::fs::create_dir_all(&ws).expect("workspace");
+                let file = ws.join("target.txt");
+                std::fs::write(&file, "x".repeat(4096)).expect("file");
+                let cmd = vec![
+                    gm.clone(),
+                    "serve".into(),
+                    "--surface".into(),
+                    "tools".into(),
+                    "--workspace".into(),
+                    ws.to_string_lossy().into_owned(),
+                ];
+                let endpoint_path = endpoint.map(std::path::PathBuf::from);
+                let mut env: Vec<(&str, &std::path::Path)> =
+                    vec![("GM_DEFAULTS_DIR", defaults.as_path()), ("GM_WORKER_IDLE_MS", idle.as_path())];
+                if let Some(e) = &endpoint_path {
+                    env.push(("OTEL_EXPORTER_OTLP_ENDPOINT", e.as_path()));
+                }
+                let mut s = Server::spawn_env(&cmd, &env);
+                s.initialize();
+                (s, file.to_string_lossy().into_owned())
+            })
+            .collect();
+        let params: Vec<Value> =
+            servers.iter().map(|(_, file)| json!({ "name": "stat_file", "arguments": { "path": file } })).collect();
+        for ((s, _), p) in servers.iter_mut().zip(&params) {
+            for _ in 0..200 {
+                s.request("tools/call", p.clone());
             }
-            std::thread::sleep(gap);
+        }
+        // Each setting's worker (the process `gm serve` hands the session to): its CPU by
+        // thread, before and after the timed calls.
+        let workers: Vec<Option<i32>> = (0..count).map(|i| worker_pid(&dir.join(format!("r{round}-ws-{i}")))).collect();
+        let before: Vec<(f64, f64)> = workers.iter().map(|p| p.map_or((0.0, 0.0), thread_cpu)).collect();
+        // In blocks of `BLOCK` calls, the settings in turns, each block starting at another
+        // one: the machine's slow phases fall on every setting alike, and a block is not
+        // disturbed by another worker's log still syncing (call-by-call turns measured mostly
+        // that). After each block, a quiet `gap` for every setting alike: what a worker does
+        // after its calls (its log's sync, its span thread's gathered batch, 50 ms on) then
+        // falls in its own gap, not in the next worker's block. Without it, each setting
+        // always followed the same one (the collector refusing followed the accepting one) and
+        // its p99 measured its predecessor's export.
+        for block in 0..n.div_ceil(BLOCK) {
+            for k in 0..count {
+                let i = (block + k) % count;
+                for _ in 0..BLOCK {
+                    let t = Instant::now();
+                    servers[i].0.send("tools/call", params[i].clone());
+                    servers[i].0.read_reply();
+                    times[i].push(t.elapsed().as_secs_f64() * 1e6);
+                }
+                std::thread::sleep(gap);
+            }
+        }
+        for (i, pid) in workers.iter().enumerate() {
+            let after = pid.map_or((0.0, 0.0), thread_cpu);
+            cpu[i].0 += after.0 - before[i].0;
+            cpu[i].1 += after.1 - before[i].1;
+        }
+        drop(servers);
+    }
+    let calls = times[0].len() as f64;
+    if args.iter().any(|a| a == "--detail") {
+        // Where a setting's tail sits: the blocks' first calls (after a gap, caches cold) or
+        // spread through them.
+        println!("| by position in the block (µs) | call 1 | calls 2-5 | calls 6-20 p99 | calls 21- p99 |\n|---|---|---|---|---|");
+        for (i, (name, _)) in configs.iter().enumerate() {
+            let (mut first, mut early, mut mid, mut rest) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            for block in times[i].chunks(BLOCK) {
+                first.push(block[0]);
+                early.extend_from_slice(&block[1..5]);
+                mid.extend_from_slice(&block[5..20]);
+                rest.extend_from_slice(&block[20..]);
+            }
+            for v in [&mut first, &mut early, &mut mid, &mut rest] {
+                v.sort_by(|a, b| a.total_cmp(b));
+            }
+            println!(
+                "| {name} | {:.1} | {:.1} | {:.1} | {:.1} |",
+                percentile(&first, 0.5),
+                percentile(&early, 0.5),
+                percentile(&mid, 0.99),
+                percentile(&rest, 0.99)
+            );
         }
     }
-    let cpu_after: Vec<(f64, f64)> = workers.iter().map(|p| p.map_or((0.0, 0.0), thread_cpu)).collect();
-    drop(servers);
-    let calls = times[0].len() as f64;
     println!("| worker CPU per call (µs) | request thread | export threads |\n|---|---|---|");
     for (i, (name, _)) in configs.iter().enumerate() {
-        let (main, export) = (cpu_after[i].0 - cpu_before[i].0, cpu_after[i].1 - cpu_before[i].1);
+        let (main, export) = cpu[i];
         println!("| {name} | {:.1} | {:.1} |", main * 1e6 / calls, export * 1e6 / calls);
     }
-    println!("| stat_file round trip | p50 (µs) | p99 (µs) | p50 / off | p99 / off |\n|---|---|---|---|---|");
+    // Each round's own p50 and p99 as a ratio to that round's export-off worker: a round whose
+    // workers drew a bad layout, or that the machine slowed, is one round of several.
+    let per_round = n.div_ceil(BLOCK) * BLOCK;
+    let round_ratios = |i: usize, q: f64| -> Vec<f64> {
+        let mut ratios: Vec<f64> = (0..rounds)
+            .map(|r| {
+                let of = |k: usize| {
+                    let mut t = times[k][r * per_round..(r + 1) * per_round].to_vec();
+                    t.sort_by(|a, b| a.total_cmp(b));
+                    percentile(&t, q)
+                };
+                of(i) / of(0)
+            })
+            .collect();
+        ratios.sort_by(|a, b| a.total_cmp(b));
+        ratios
+    };
+    let by_round: Vec<(Vec<f64>, Vec<f64>)> =
+        (0..count).map(|i| (round_ratios(i, 0.5), round_ratios(i, 0.99))).collect();
+    println!(
+        "| stat_file round trip | p50 (µs) | p99 (µs) | p50 / off | p99 / off | by round: p50 / off | p99 / off |\n|---|---|---|---|---|---|---|"
+    );
     let (mut off50, mut off99) = (0.0, 0.0);
     for (i, (name, _)) in configs.iter().enumerate() {
+        let (r50, r99) = &by_round[i];
         let t = &mut times[i];
         t.sort_by(|a, b| a.total_cmp(b));
         let (p50, p99) = (percentile(t, 0.5), percentile(t, 0.99));
         if i == 0 {
             (off50, off99) = (p50, p99);
         }
-        println!("| {name} | {p50:.1} | {p99:.1} | {:.3} | {:.3} |", p50 / off50, p99 / off99);
+        let spread = |r: &[f64]| {
+            format!("{:.3} ({:.3}-{:.3})", percentile(r, 0.5), r.first().unwrap_or(&0.0), r.last().unwrap_or(&0.0))
+        };
+        println!(
+            "| {name} | {p50:.1} | {p99:.1} | {:.3} | {:.3} | {} | {} |",
+            p50 / off50,
+            p99 / off99,
+            spread(r50),
+            spread(r99)
+        );
         println!("{}", json!({ "measure": format!("stat_file, {name}"), "p50": p50, "p99": p99 }));
     }
 }
