@@ -6,9 +6,9 @@
 //! (start, watch, child servers, jobs it adopts) carry the worker's id as their `run`.
 //!
 //! Durability: events are buffered and group-committed — handed over together at most
-//! [`COMMIT_INTERVAL`] after the first unwritten event to a sync thread, which writes them and
-//! fdatasyncs the file, so neither the ~170 µs fsync nor the write of a commit's lines (tens of
-//! KB copied into the page cache) stalls the arbiter that serves requests. A [`Flush`] (sent by
+//! [`COMMIT_INTERVAL`] after the first unwritten event to a write thread, after which a sync
+//! thread fdatasyncs the file, so neither the ~170 µs fsync nor the write of a commit's lines
+//! (tens of KB copied into the page cache) stalls the arbiter that serves requests. A [`Flush`] (sent by
 //! `finish` before it replies) writes and syncs everything at once, on the spot. A crash can lose at most the last
 //! commit interval of events; a torn last line is cut off at the next open, and nothing
 //! before it is lost.
@@ -168,18 +168,26 @@ impl LogWriter {
     }
 }
 
-/// The sync thread's side: committed lines under a mutex and a condition variable, so that
-/// the thread sleeps at once between commits (a channel's receive spins and yields first, and
-/// on a busy core each yield takes a turn from the calls being served). Dropping it ends the
-/// thread.
+/// The log's two threads: `gm-log-write` writes each commit's lines, `gm-log-sync` syncs the
+/// file after. Two, so that lines reach the file (where `gm log` and other processes read
+/// them) within a commit interval even while a sync waits on a busy disk for far longer. Each
+/// sleeps on a flag under a mutex and a condition variable, at once between turns (a
+/// channel's receive spins and yields first, and on a busy core each yield takes a turn from
+/// the calls being served). Dropping it ends both.
 struct Syncer(Arc<SyncSignal>);
 
 struct SyncSignal {
     state: Mutex<SyncState>,
     wake: Condvar,
-    /// Every write to the file, the thread's and the actor's. Lines are taken from `pending`
-    /// only while it is held, so they reach the file in the order they were committed.
+    /// Every write to the file, the write thread's and the actor's. Lines are taken from
+    /// `pending` only while it is held, so they reach the file in the order they were committed.
     out: Mutex<File>,
+    /// A sync is due (`.0`), the log is closing (`.1`).
+    sync: Mutex<(bool, bool)>,
+    sync_wake: Condvar,
+    /// Milliseconds each sync waits first: a disk busy for that long, in tests.
+    #[cfg(test)]
+    slow_sync: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Default)]
@@ -188,12 +196,12 @@ struct SyncState {
     pending: Vec<u8>,
     due: bool,
     closed: bool,
-    /// The thread's last write or sync failure, reported by the actor's next commit.
+    /// The threads' last write or sync failure, reported by the actor's next commit.
     failed: Option<std::io::Error>,
 }
 
 impl Syncer {
-    /// Hands `buf`'s lines over (leaving it empty, with room) and wakes the thread.
+    /// Hands `buf`'s lines over (leaving it empty, with room) and wakes the write thread.
     fn hand(&self, buf: &mut Vec<u8>) {
         if let Ok(mut state) = self.0.state.lock() {
             if state.pending.is_empty() {
@@ -234,54 +242,100 @@ impl Drop for Syncer {
     }
 }
 
+impl SyncSignal {
+    fn failed(&self, e: std::io::Error) {
+        eprintln!("gm: cannot write the run log: {e}");
+        if let Ok(mut state) = self.state.lock() {
+            state.failed = Some(e);
+        }
+    }
+
+    fn ask_sync(&self, close: bool) {
+        if let Ok(mut sync) = self.sync.lock() {
+            sync.0 |= !close;
+            sync.1 |= close;
+        }
+        self.sync_wake.notify_one();
+    }
+}
+
 fn spawn_syncer(file: File, out: File) -> std::io::Result<Syncer> {
-    let signal = Arc::new(SyncSignal { state: Mutex::default(), wake: Condvar::new(), out: Mutex::new(out) });
+    let signal = Arc::new(SyncSignal {
+        state: Mutex::default(),
+        wake: Condvar::new(),
+        out: Mutex::new(out),
+        sync: Mutex::new((false, false)),
+        sync_wake: Condvar::new(),
+        #[cfg(test)]
+        slow_sync: std::sync::atomic::AtomicU64::new(0),
+    });
     let theirs = signal.clone();
     std::thread::Builder::new().name("gm-log-sync".into()).spawn(move || loop {
-        let Ok(mut state) = theirs.state.lock() else { return };
-        while !state.due && !state.closed {
-            state = match theirs.wake.wait(state) {
-                Ok(state) => state,
+        let Ok(mut sync) = theirs.sync.lock() else { return };
+        while !sync.0 && !sync.1 {
+            sync = match theirs.sync_wake.wait(sync) {
+                Ok(sync) => sync,
                 Err(_) => return,
             };
         }
-        if !state.due {
-            return; // closed, nothing left to write
+        if !sync.0 {
+            return; // closed, nothing left to sync
         }
-        state.due = false;
-        drop(state);
-        let res = write_and_sync(&theirs, &file);
-        if let Err(e) = res {
-            eprintln!("gm: cannot write the run log: {e}");
-            if let Ok(mut state) = theirs.state.lock() {
-                state.failed = Some(e);
-            }
+        sync.0 = false;
+        drop(sync);
+        #[cfg(test)]
+        std::thread::sleep(Duration::from_millis(theirs.slow_sync.load(std::sync::atomic::Ordering::Relaxed)));
+        if let Err(e) = file.sync_data() {
+            theirs.failed(e);
         }
     })?;
+    let theirs = signal.clone();
+    let spawned = std::thread::Builder::new().name("gm-log-write".into()).spawn(move || {
+        'run: loop {
+            let Ok(mut state) = theirs.state.lock() else { break };
+            while !state.due && !state.closed {
+                state = match theirs.wake.wait(state) {
+                    Ok(state) => state,
+                    Err(_) => break 'run,
+                };
+            }
+            if !state.due {
+                break; // closed, nothing left to write
+            }
+            state.due = false;
+            drop(state);
+            match write_pending(&theirs) {
+                Ok(()) => theirs.ask_sync(false),
+                Err(e) => theirs.failed(e),
+            }
+        }
+        theirs.ask_sync(true);
+    });
+    if let Err(e) = spawned {
+        signal.ask_sync(true);
+        return Err(e);
+    }
     Ok(Syncer(signal))
 }
 
-/// The sync thread's turn: the lines handed over, written (their vector, emptied, goes back for
-/// the next commit), then the file synced.
-fn write_and_sync(signal: &SyncSignal, file: &File) -> std::io::Result<()> {
-    {
-        let mut out = signal.out.lock().map_err(|_| std::io::Error::other("the log's writer panicked"))?;
-        let mut lines = match signal.state.lock() {
-            Ok(mut state) => std::mem::take(&mut state.pending),
-            Err(_) => return Ok(()),
-        };
-        // Empty when the actor wrote them itself (a reader came first): they are synced still.
-        let res = out.write_all(&lines);
-        drop(out);
-        lines.clear();
-        if let Ok(mut state) = signal.state.lock() {
-            if state.pending.is_empty() && state.pending.capacity() < lines.capacity() {
-                state.pending = lines;
-            }
+/// The write thread's turn: the lines handed over, written; their vector, emptied, goes back
+/// for the next commit.
+fn write_pending(signal: &SyncSignal) -> std::io::Result<()> {
+    let mut out = signal.out.lock().map_err(|_| std::io::Error::other("the log's writer panicked"))?;
+    let mut lines = match signal.state.lock() {
+        Ok(mut state) => std::mem::take(&mut state.pending),
+        Err(_) => return Ok(()),
+    };
+    // Empty when the actor wrote them itself (a reader came first): they are synced still.
+    let res = out.write_all(&lines);
+    drop(out);
+    lines.clear();
+    if let Ok(mut state) = signal.state.lock() {
+        if state.pending.is_empty() && state.pending.capacity() < lines.capacity() {
+            state.pending = lines;
         }
-        res?;
     }
-    file.sync_data()
+    res
 }
 
 fn repair_and_scan(file: &mut File) -> std::io::Result<OpenReport> {
@@ -545,6 +599,32 @@ mod tests {
         }
         w.commit().expect("commit");
         assert_eq!(seqs_in(&path), (1..=last).collect::<Vec<_>>());
+        drop(w);
+        let _ = std::fs::remove_dir_all(path.parent().expect("dir"));
+    }
+
+    #[test]
+    fn a_commit_reaches_the_file_while_the_sync_before_it_still_waits_on_the_disk() {
+        // Other processes (`gm log`, a host's tests) read the file: a commit's lines must not
+        // wait behind a slow sync of the commit before.
+        let path = temp_log("slow-sync");
+        let (mut w, _) = LogWriter::open(&path, "run").expect("open");
+        w.sync.0.slow_sync.store(3_000, std::sync::atomic::Ordering::Relaxed);
+        let within = |seq: u64| {
+            let deadline = std::time::Instant::now() + Duration::from_millis(1_500);
+            while seqs_in(&path).last() != Some(&seq) {
+                assert!(std::time::Instant::now() < deadline, "event {seq} was not written while the sync waited");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        };
+        let first = w.append(Event::new("action", json!({ "n": 1 })));
+        w.commit_in_background().expect("commit");
+        within(first);
+        // The first commit's sync now waits; the second commit is written meanwhile.
+        let second = w.append(Event::new("action", json!({ "n": 2 })));
+        w.commit_in_background().expect("commit");
+        within(second);
+        w.sync.0.slow_sync.store(0, std::sync::atomic::Ordering::Relaxed);
         drop(w);
         let _ = std::fs::remove_dir_all(path.parent().expect("dir"));
     }
