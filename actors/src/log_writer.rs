@@ -131,16 +131,16 @@ impl LogWriter {
         self.seq
     }
 
-    /// Writes everything not yet in the file (the sync thread's share first) and syncs it.
+    /// Writes everything not yet in the file (the write thread's share first) and syncs it.
+    /// It syncs even when nothing was left to write: lines the write thread already wrote may
+    /// still wait for their sync, and a flush (`finish`) promises them on disk.
     pub fn commit(&mut self) -> Result<(), LogError> {
-        let wrote = self.write_out()?;
-        if wrote {
-            self.file.sync_data()?;
-        }
+        self.write_out()?;
+        self.file.sync_data()?;
         Ok(())
     }
 
-    /// Hands the buffer to the sync thread, which writes and syncs it.
+    /// Hands the buffer to the write thread, which writes it and has the sync thread sync it.
     pub fn commit_in_background(&mut self) -> Result<(), LogError> {
         if !self.buf.is_empty() {
             self.sync.hand(&mut self.buf);
@@ -148,9 +148,8 @@ impl LogWriter {
         self.sync.failure().map_or(Ok(()), |e| Err(LogError::Write(e)))
     }
 
-    /// Writes everything not yet in the file, without syncing (for readers in this process);
-    /// whether there was anything.
-    fn write_out(&mut self) -> Result<bool, LogError> {
+    /// Writes everything not yet in the file, without syncing (for readers in this process).
+    fn write_out(&mut self) -> Result<(), LogError> {
         let res = self.sync.write_now(&self.buf);
         self.buf.clear();
         Ok(res?)
@@ -215,17 +214,15 @@ impl Syncer {
         self.0.wake.notify_one();
     }
 
-    /// Writes the lines handed over and not yet written, then `more`, on this thread; whether
-    /// anything was written.
-    fn write_now(&self, more: &[u8]) -> std::io::Result<bool> {
+    /// Writes the lines handed over and not yet written, then `more`, on this thread.
+    fn write_now(&self, more: &[u8]) -> std::io::Result<()> {
         let mut out = self.0.out.lock().map_err(|_| std::io::Error::other("the log's writer panicked"))?;
         let pending = match self.0.state.lock() {
             Ok(mut state) => std::mem::take(&mut state.pending),
             Err(_) => Vec::new(),
         };
         out.write_all(&pending)?;
-        out.write_all(more)?;
-        Ok(!pending.is_empty() || !more.is_empty())
+        out.write_all(more)
     }
 
     fn failure(&self) -> Option<std::io::Error> {
@@ -508,7 +505,7 @@ impl Handler<Tail> for LogWriter {
     fn handle(&mut self, msg: Tail, _: &mut Context<Self>) -> Self::Result {
         // Read back from the file when asked (once per step) rather than kept per event (on
         // every call's path).
-        let res = self.write_out().map(|_| ());
+        let res = self.write_out();
         self.note_failure(res);
         let path = self.path.clone();
         Box::pin(async move {
@@ -579,7 +576,7 @@ mod tests {
     }
 
     #[test]
-    fn lines_handed_to_the_sync_thread_and_lines_a_reader_writes_out_reach_the_file_whole_and_in_order() {
+    fn lines_handed_to_the_write_thread_and_lines_a_reader_writes_out_reach_the_file_whole_and_in_order() {
         let path = temp_log("handover");
         let (mut w, _) = LogWriter::open(&path, "run").expect("open");
         let mut last = 0;

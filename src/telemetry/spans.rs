@@ -210,6 +210,11 @@ impl Telemetry {
 /// the span thread. A few recent names are kept per thread; a name not among them is copied.
 fn shared(name: &str) -> Arc<str> {
     const KEPT: usize = 32;
+    // A host's long resource URI is copied, not kept: the table holds names, not payloads.
+    const LONGEST: usize = 256;
+    if name.len() > LONGEST {
+        return Arc::from(name);
+    }
     thread_local! {
         static RECENT: RefCell<Vec<Arc<str>>> = const { RefCell::new(Vec::new()) };
     }
@@ -394,6 +399,8 @@ mod tests {
             assert_eq!(&**name, format!("tool-{i}"));
         }
         assert_eq!(&*shared("tools/call"), "tools/call", "an evicted name is copied again");
+        let long = "u".repeat(10_000);
+        assert!(!Arc::ptr_eq(&shared(&long), &shared(&long)), "a long name is not kept");
     }
 
     #[test]
