@@ -193,11 +193,11 @@ fn a_killed_worker_answers_each_session_its_own_calls_and_both_runs_go_on() {
     b.call_ok("next_context", json!({ "task": "b's task" }));
     let log = ws.join(".gm/log.jsonl");
     let first = the_worker(&log);
-    let blocking = |marker: &str| {
-        format!("await gm.write_file({{ path: '{marker}', content: 'x' }}); await gm.run_shell({{ command: 'sleep 60' }}); return 1;")
-    };
-    a.send(&json!({ "jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": { "name": "run_code", "arguments": { "code": blocking("a-started") } } }));
-    wait_until("a's body started", || ws.join("a-started").exists());
+    // The marker is written by a's shell itself: written before the shell, it let b's shell
+    // (sent on seeing it) take the turn first under load, and b's call ended before the kill.
+    let blocking = "await gm.run_shell({ command: 'touch a-started && sleep 60' }); return 1;";
+    a.send(&json!({ "jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": { "name": "run_code", "arguments": { "code": blocking } } }));
+    wait_until("a's shell started", || ws.join("a-started").exists());
     // b's call waits behind a's shell (a shell runs alone): in flight too.
     b.send(&json!({ "jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": { "name": "run_code", "arguments": { "code": "await gm.run_shell({ command: 'true' }); return 'b';" } } }));
     std::thread::sleep(Duration::from_millis(200));
@@ -219,7 +219,7 @@ fn a_killed_worker_answers_each_session_its_own_calls_and_both_runs_go_on() {
     assert_eq!(step_a["resumed"]["afterStep"], 1, "{step_a}");
     assert_eq!(a.js("return 'a on';"), "a on");
     assert_eq!(b.js("return 'b on';"), "b on");
-    let starts = starts(&log);
+    let starts = b.events_of("start");
     assert_eq!(starts.len(), 2, "one new worker for both sessions: {starts:?}");
 }
 
@@ -384,8 +384,9 @@ fn a_host_killed_while_its_worker_starts_leaves_a_worker_the_next_host_joins() {
         let mut second = Gm::start_in(&ws, &[], &[]);
         second.ready();
         assert_eq!(second.js("return 1 + 1"), 2, "round {round}");
-        let workers: HashSet<u64> =
-            starts(&ws.join(".gm/log.jsonl")).iter().filter_map(|s| s["pid"].as_u64()).collect();
+        // Through the worker (a ping answers once its log is in the file): a reply can reach
+        // the host before the log's write thread has written the worker's start.
+        let workers: HashSet<u64> = second.events_of("start").iter().filter_map(|s| s["pid"].as_u64()).collect();
         assert_eq!(workers.len(), 1, "round {round}: one worker started: {workers:?}");
         // The host leaves first: a worker stopped under a connected host is restarted by its
         // relay, and would hold the workspace again.
