@@ -10,7 +10,7 @@ use actix::prelude::*;
 use gm_actors::file_locks::FileLocks;
 use gm_actors::jobs::{Jobs, TakeStartupEvents};
 use gm_actors::js_engine::JsEngines;
-use gm_actors::log_writer::{Event, LogError, LogWriter};
+use gm_actors::log_writer::{Event, LogError, LogWriter, WriteOut};
 use gm_actors::scheduler::Scheduler;
 use gm_actors::sys;
 use gm_actors::transport::{spawn_stdin_reader, StdoutWriter};
@@ -282,6 +282,12 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
         crate::update::start(log.clone());
         if report.repaired_bytes > 0 {
             eprintln!("gm: cut a torn last line ({} bytes) from the run log", report.repaired_bytes);
+        }
+        // The start is in the file before the worker answers anyone: whoever reads the log
+        // after a reply (a host, `gm status`, a test) finds the worker that gave it, where a
+        // commit handed to the log's write thread could still be on its way.
+        if let Err(e) = log.send(WriteOut).await.map_err(|e| e.to_string()).and_then(|r| r) {
+            eprintln!("gm: cannot write the run log: {e}");
         }
         // The JS engines start when a session opens the read gate (run_code is near), or at
         // the first body: an idle worker or the tools surface does not pay for them.

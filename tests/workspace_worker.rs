@@ -603,3 +603,21 @@ fn a_session_whose_options_the_shared_worker_cannot_apply_is_told_which_and_why(
     common::shut_down(b);
     common::shut_down(a);
 }
+
+/// A worker's `start` is in the file before it answers anything: a reply is never ahead of the
+/// line that names the worker that gave it (the log's commits are written on a thread of their
+/// own, a few milliseconds later). Many fresh workers: the first reply comes within a commit
+/// interval of the start.
+#[test]
+fn a_workers_start_is_in_the_log_file_before_its_first_reply() {
+    for round in 0..10 {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ws = dir.path().canonicalize().expect("canonical");
+        let mut gm = Gm::start_in(&ws, &[], &[]);
+        gm.initialize("2025-11-25");
+        gm.ok("tools/list", json!({}));
+        let found = starts(&ws.join(".gm/log.jsonl"));
+        assert_eq!(found.len(), 1, "round {round}: {found:?}");
+        common::shut_down(gm);
+    }
+}
