@@ -289,7 +289,7 @@ fn main() -> ExitCode {
         let sandbox = match gm::sandbox_config::resolve(&sandbox_flags, gm::sandbox_config::home_config().as_deref()) {
             Ok(s) => s,
             Err(e) => {
-                eprintln!("gm: {e}");
+                gm_actors::stderr_line!("gm: {e}");
                 return ExitCode::FAILURE;
             }
         };
@@ -297,7 +297,7 @@ fn main() -> ExitCode {
         let budget = match gm::budget::Limits::from_env(flag("max-result-bytes"), flag("max-result-bytes-ceiling")) {
             Ok(b) => b,
             Err(e) => {
-                eprintln!("gm: {e}");
+                gm_actors::stderr_line!("gm: {e}");
                 return ExitCode::from(2);
             }
         };
@@ -349,7 +349,7 @@ fn main() -> ExitCode {
         return match serve::serve(opts) {
             Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
             Err(e) => {
-                eprintln!("gm: {e}");
+                gm_actors::stderr_line!("gm: {e}");
                 ExitCode::FAILURE
             }
         };
@@ -364,11 +364,11 @@ fn main() -> ExitCode {
                 ExitCode::SUCCESS
             }
             Ok(None) => {
-                eprintln!("gm status --open: no `gm serve --http` runs in this workspace");
+                gm_actors::stderr_line!("gm status --open: no `gm serve --http` runs in this workspace");
                 ExitCode::from(3)
             }
             Err(e) => {
-                eprintln!("gm status --open: {e}");
+                gm_actors::stderr_line!("gm status --open: {e}");
                 ExitCode::FAILURE
             }
         };
@@ -445,7 +445,7 @@ fn report<T: serde::Serialize, E: std::fmt::Display>(command: &str, result: Resu
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("gm {command}: {e}");
+            gm_actors::stderr_line!("gm {command}: {e}");
             ExitCode::FAILURE
         }
     }
@@ -477,7 +477,7 @@ fn status(workspace: &std::path::Path, json_out: bool) -> ExitCode {
             }
         }
         Err(e) => {
-            eprintln!("gm status: {e}");
+            gm_actors::stderr_line!("gm status: {e}");
             ExitCode::FAILURE
         }
     }
@@ -497,7 +497,7 @@ fn trust(m: &ArgMatches) -> ExitCode {
     let store = match gm::trust::TrustStore::from_home() {
         Ok(store) => store,
         Err(e) => {
-            eprintln!("gm trust: {e}");
+            gm_actors::stderr_line!("gm trust: {e}");
             return ExitCode::FAILURE;
         }
     };
@@ -507,7 +507,7 @@ fn trust(m: &ArgMatches) -> ExitCode {
     match cli::run(&workspace_of(m), &action, &store, &mut stdin.lock(), terminal, &mut out) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("gm trust: {e}");
+            gm_actors::stderr_line!("gm trust: {e}");
             ExitCode::FAILURE
         }
     }
@@ -535,7 +535,7 @@ fn bench(m: &ArgMatches) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("gm bench: {e}");
+            gm_actors::stderr_line!("gm bench: {e}");
             ExitCode::FAILURE
         }
     }

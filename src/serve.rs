@@ -157,7 +157,7 @@ fn prune_blobs(blobs: Arc<Blobs>, log: Addr<LogWriter>) {
         }
     });
     if let Err(e) = spawned {
-        eprintln!("gm: cannot start pruning the blob store: {e}");
+        gm_actors::stderr_line!("gm: cannot start pruning the blob store: {e}");
     }
 }
 
@@ -177,6 +177,7 @@ pub enum Mode {
 pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
     // A worker inherits the relay's small-pages setting; its heaps are the big ones.
     sys::huge_pages(true);
+    sys::survive_file_size_limit();
     let workspace = workspace(&opts.workspace)?;
     // A config the user named must be there; the other layers only say what is wrong.
     let mcp_config = mcp_config::load(&workspace, opts.mcp_config.as_deref())?;
@@ -198,7 +199,7 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
         crate::sandbox_config::home_config().as_deref(),
     );
     if let Err(e) = &telemetry {
-        eprintln!("gm: OpenTelemetry export is off: {e}");
+        gm_actors::stderr_line!("gm: OpenTelemetry export is off: {e}");
     }
     let system = System::new();
     let started: Result<(), ServeError> = system.block_on(async {
@@ -281,13 +282,13 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
         // A newer release is fetched and staged off the calls' path; the one-shot CLI does not.
         crate::update::start(log.clone());
         if report.repaired_bytes > 0 {
-            eprintln!("gm: cut a torn last line ({} bytes) from the run log", report.repaired_bytes);
+            gm_actors::stderr_line!("gm: cut a torn last line ({} bytes) from the run log", report.repaired_bytes);
         }
         // The start is in the file before the worker answers anyone: whoever reads the log
         // after a reply (a host, `gm status`, a test) finds the worker that gave it, where a
         // commit handed to the log's write thread could still be on its way.
         if let Err(e) = log.send(WriteOut).await.map_err(|e| e.to_string()).and_then(|r| r) {
-            eprintln!("gm: cannot write the run log: {e}");
+            gm_actors::stderr_line!("gm: cannot write the run log: {e}");
         }
         // The JS engines start when a session opens the read gate (run_code is near), or at
         // the first body: an idle worker or the tools surface does not pay for them.
@@ -340,7 +341,7 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
         actix::spawn(async move {
             match sys::stop_signal().await {
                 Ok(signal) => worker.do_send(Stop::Signal(signal)),
-                Err(e) => eprintln!("gm: cannot watch for signals: {e}"),
+                Err(e) => gm_actors::stderr_line!("gm: cannot watch for signals: {e}"),
             }
         });
         Ok(())
@@ -359,7 +360,7 @@ pub fn serve(opts: ServeOptions) -> Result<i32, ServeError> {
     // A call-site cache still being written (a whole tree's parse) is finished before the
     // workspace is let go: the next worker reads it instead of parsing again.
     if !crate::search::calls::wait_for_saves(SAVE_WAIT) {
-        eprintln!(
+        gm_actors::stderr_line!(
             "gm: the call-site cache was still being written after {}s; the next gm parses again",
             SAVE_WAIT.as_secs()
         );

@@ -12,6 +12,12 @@
 //! `finish` before it replies) writes and syncs everything at once, on the spot. A crash can lose at most the last
 //! commit interval of events; a torn last line is cut off at the next open, and nothing
 //! before it is lost.
+//!
+//! A write that fails (a full disk, a file size limit) is cut back to the last whole line and
+//! its lines wait in memory, up to [`HOLD_LIMIT`], for the next commit to try again: a disk
+//! that fills for a while loses no event, and the file never holds a torn line between whole
+//! ones. Meanwhile [`Tail`] reports the trouble (next_context shows it to the agent), and the
+//! first commit that succeeds logs a `log` event saying what happened.
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -22,11 +28,13 @@ use std::time::Duration;
 use actix::prelude::*;
 
 use crate::clock::now_rfc3339;
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 
 pub use crate::log_reader::{query_file, tail_file, Query, QueryResult};
 
 pub const COMMIT_INTERVAL: Duration = Duration::from_millis(5);
+/// Lines kept in memory while the log cannot be written; newer ones are dropped and counted.
+pub const HOLD_LIMIT: usize = 16 << 20;
 const OPEN_SCAN_BYTES: u64 = 1 << 20;
 
 #[derive(Debug, thiserror::Error)]
@@ -55,7 +63,6 @@ pub struct LogWriter {
     seq: u64,
     run: String,
     commit_scheduled: bool,
-    failed: Option<String>,
 }
 
 impl LogWriter {
@@ -79,7 +86,6 @@ impl LogWriter {
             seq: report.last_seq,
             run: run.to_owned(),
             commit_scheduled: false,
-            failed: None,
         };
         Ok((writer, report))
     }
@@ -142,23 +148,43 @@ impl LogWriter {
 
     /// Hands the buffer to the write thread, which writes it and has the sync thread sync it.
     pub fn commit_in_background(&mut self) -> Result<(), LogError> {
+        self.log_recovery();
         if !self.buf.is_empty() {
             self.sync.hand(&mut self.buf);
         }
-        self.sync.failure().map_or(Ok(()), |e| Err(LogError::Write(e)))
+        Ok(())
     }
 
     /// Writes everything not yet in the file, without syncing (for readers in this process).
+    /// Lines that cannot be written wait for the next commit, as the write thread's do.
     fn write_out(&mut self) -> Result<(), LogError> {
-        let res = self.sync.write_now(&self.buf);
-        self.buf.clear();
-        Ok(res?)
+        self.sync.write_now(&mut self.buf)?;
+        if self.log_recovery() {
+            self.sync.write_now(&mut self.buf)?;
+        }
+        Ok(())
+    }
+
+    /// After a trouble that has ended, an event saying what it was and what it cost; true when
+    /// one was added.
+    fn log_recovery(&mut self) -> bool {
+        let Some(ended) = self.sync.take_ended() else { return false };
+        crate::stderr_line!("gm: the run log is written again ({} events lost)", ended.lost_events);
+        self.append(Event::new("log", json!({ "recovered": ended.describe(0) })));
+        true
+    }
+
+    /// Why the log cannot be written now, with what waits and what was lost; `None` when it can.
+    pub fn trouble(&self) -> Option<Value> {
+        let state = self.sync.0.state.lock().ok()?;
+        let held =
+            state.pending.iter().filter(|&&b| b == b'\n').count() + self.buf.iter().filter(|&&b| b == b'\n').count();
+        state.trouble.as_ref().map(|t| t.describe(held))
     }
 
     fn note_failure(&mut self, res: Result<(), LogError>) {
         if let Err(e) = res {
-            eprintln!("gm: {e}");
-            self.failed = Some(e.to_string());
+            crate::stderr_line!("gm: {e}");
         }
     }
 
@@ -189,44 +215,126 @@ struct SyncSignal {
     slow_sync: std::sync::atomic::AtomicU64,
 }
 
-#[derive(Default)]
 struct SyncState {
     /// Committed lines not yet written.
     pending: Vec<u8>,
     due: bool,
     closed: bool,
-    /// The threads' last write or sync failure, reported by the actor's next commit.
-    failed: Option<std::io::Error>,
+    /// Set by a write or sync that failed, cleared by the next write that succeeds.
+    trouble: Option<Trouble>,
+    /// A trouble that has ended, for the actor to log.
+    ended: Option<Trouble>,
+    /// [`HOLD_LIMIT`], smaller in tests.
+    hold_limit: usize,
+}
+
+/// A time the log could not be written.
+#[derive(Debug, Clone)]
+struct Trouble {
+    /// The last failure.
+    error: String,
+    /// When the first failure was.
+    since: String,
+    failures: u64,
+    /// Events dropped: more than [`HOLD_LIMIT`] waited.
+    lost_events: u64,
+}
+
+impl Trouble {
+    fn describe(&self, held_events: usize) -> Value {
+        let mut v = json!({
+            "error": self.error,
+            "since": self.since,
+            "failedWrites": self.failures,
+            "lostEvents": self.lost_events,
+        });
+        if held_events > 0 {
+            v["heldEvents"] = json!(held_events);
+        }
+        v
+    }
+}
+
+impl SyncState {
+    fn failed(&mut self, e: &std::io::Error) {
+        match &mut self.trouble {
+            Some(t) => {
+                t.error = e.to_string();
+                t.failures += 1;
+            }
+            None => {
+                crate::stderr_line!("gm: cannot write the run log (its lines wait in memory for the next try): {e}");
+                self.trouble =
+                    Some(Trouble { error: e.to_string(), since: now_rfc3339(), failures: 1, lost_events: 0 });
+            }
+        }
+    }
+
+    fn written(&mut self) {
+        if let Some(t) = self.trouble.take() {
+            self.ended = Some(t);
+        }
+    }
+
+    /// Puts lines that could not be written back in front of those handed over since.
+    fn put_back(&mut self, mut lines: Vec<u8>) {
+        if !self.pending.is_empty() {
+            lines.extend_from_slice(&self.pending);
+        }
+        self.pending = lines;
+    }
+
+    /// Takes `more` after the lines waiting, or drops and counts them when too much waits.
+    fn hold(&mut self, more: &mut Vec<u8>) {
+        if self.pending.len() + more.len() > self.hold_limit && self.trouble.is_some() {
+            let dropped = more.iter().filter(|&&b| b == b'\n').count() as u64;
+            if let Some(t) = &mut self.trouble {
+                t.lost_events += dropped;
+            }
+            more.clear();
+        } else if self.pending.is_empty() {
+            std::mem::swap(&mut self.pending, more);
+        } else {
+            self.pending.extend_from_slice(more);
+            more.clear();
+        }
+    }
 }
 
 impl Syncer {
     /// Hands `buf`'s lines over (leaving it empty, with room) and wakes the write thread.
     fn hand(&self, buf: &mut Vec<u8>) {
         if let Ok(mut state) = self.0.state.lock() {
-            if state.pending.is_empty() {
-                std::mem::swap(&mut state.pending, buf);
-            } else {
-                state.pending.extend_from_slice(buf);
-                buf.clear();
-            }
+            state.hold(buf);
             state.due = true;
         }
         self.0.wake.notify_one();
     }
 
-    /// Writes the lines handed over and not yet written, then `more`, on this thread.
-    fn write_now(&self, more: &[u8]) -> std::io::Result<()> {
+    /// Writes the lines handed over and not yet written, then `more` (leaving it empty), on
+    /// this thread. Lines that cannot be written wait with the write thread's.
+    fn write_now(&self, more: &mut Vec<u8>) -> std::io::Result<()> {
         let mut out = self.0.out.lock().map_err(|_| std::io::Error::other("the log's writer panicked"))?;
-        let pending = match self.0.state.lock() {
-            Ok(mut state) => std::mem::take(&mut state.pending),
-            Err(_) => Vec::new(),
-        };
-        out.write_all(&pending)?;
-        out.write_all(more)
+        let Ok(mut state) = self.0.state.lock() else { return Ok(()) };
+        state.hold(more);
+        let lines = std::mem::take(&mut state.pending);
+        drop(state);
+        let res = write_whole(&mut out, &lines);
+        let Ok(mut state) = self.0.state.lock() else { return res };
+        match &res {
+            // Nothing written proves nothing about the disk.
+            Ok(()) if lines.is_empty() => {}
+            Ok(()) => state.written(),
+            Err(e) => {
+                state.failed(e);
+                state.put_back(lines);
+            }
+        }
+        res
     }
 
-    fn failure(&self) -> Option<std::io::Error> {
-        self.0.state.lock().ok()?.failed.take()
+    fn take_ended(&self) -> Option<Trouble> {
+        self.0.state.lock().ok()?.ended.take()
     }
 }
 
@@ -241,9 +349,8 @@ impl Drop for Syncer {
 
 impl SyncSignal {
     fn failed(&self, e: std::io::Error) {
-        eprintln!("gm: cannot write the run log: {e}");
         if let Ok(mut state) = self.state.lock() {
-            state.failed = Some(e);
+            state.failed(&e);
         }
     }
 
@@ -258,7 +365,14 @@ impl SyncSignal {
 
 fn spawn_syncer(file: File, out: File) -> std::io::Result<Syncer> {
     let signal = Arc::new(SyncSignal {
-        state: Mutex::default(),
+        state: Mutex::new(SyncState {
+            pending: Vec::new(),
+            due: false,
+            closed: false,
+            trouble: None,
+            ended: None,
+            hold_limit: HOLD_LIMIT,
+        }),
         wake: Condvar::new(),
         out: Mutex::new(out),
         sync: Mutex::new((false, false)),
@@ -301,9 +415,8 @@ fn spawn_syncer(file: File, out: File) -> std::io::Result<Syncer> {
             }
             state.due = false;
             drop(state);
-            match write_pending(&theirs) {
-                Ok(()) => theirs.ask_sync(false),
-                Err(e) => theirs.failed(e),
+            if write_pending(&theirs) {
+                theirs.ask_sync(false);
             }
         }
         theirs.ask_sync(true);
@@ -315,24 +428,59 @@ fn spawn_syncer(file: File, out: File) -> std::io::Result<Syncer> {
     Ok(Syncer(signal))
 }
 
-/// The write thread's turn: the lines handed over, written; their vector, emptied, goes back
-/// for the next commit.
-fn write_pending(signal: &SyncSignal) -> std::io::Result<()> {
-    let mut out = signal.out.lock().map_err(|_| std::io::Error::other("the log's writer panicked"))?;
-    let mut lines = match signal.state.lock() {
-        Ok(mut state) => std::mem::take(&mut state.pending),
-        Err(_) => return Ok(()),
-    };
+/// The write thread's turn: the lines handed over, written (their vector, emptied, goes back
+/// for the next commit), or put back to wait for the next try. True when they were written.
+fn write_pending(signal: &SyncSignal) -> bool {
+    let Ok(mut out) = signal.out.lock() else { return false };
+    let Ok(mut state) = signal.state.lock() else { return false };
+    let mut lines = std::mem::take(&mut state.pending);
+    drop(state);
     // Empty when the actor wrote them itself (a reader came first): they are synced still.
-    let res = out.write_all(&lines);
-    drop(out);
-    lines.clear();
-    if let Ok(mut state) = signal.state.lock() {
-        if state.pending.is_empty() && state.pending.capacity() < lines.capacity() {
-            state.pending = lines;
+    let res = write_whole(&mut out, &lines);
+    // Still holding `out`: lines put back go in front of any a reader would write next.
+    let Ok(mut state) = signal.state.lock() else { return false };
+    match res {
+        Ok(()) => {
+            if !lines.is_empty() {
+                state.written();
+            }
+            lines.clear();
+            if state.pending.is_empty() && state.pending.capacity() < lines.capacity() {
+                state.pending = lines;
+            }
+            true
+        }
+        Err(e) => {
+            state.failed(&e);
+            state.put_back(lines);
+            false
         }
     }
-    res
+}
+
+/// Writes `lines` whole or not at all: a write that fails part way (a disk that fills, a file
+/// size limit) is cut back, so the file never holds a torn line with whole ones after it.
+fn write_whole(out: &mut File, lines: &[u8]) -> std::io::Result<()> {
+    let mut done = 0;
+    while done < lines.len() {
+        let err = match out.write(&lines[done..]) {
+            Ok(0) => std::io::Error::from(std::io::ErrorKind::WriteZero),
+            Ok(n) => {
+                done += n;
+                continue;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => e,
+        };
+        if done > 0 {
+            // The file is opened to append: its end is where this write's bytes stop.
+            if let Ok(meta) = out.metadata() {
+                let _ = out.set_len(meta.len().saturating_sub(done as u64));
+            }
+        }
+        return Err(err);
+    }
+    Ok(())
 }
 
 fn repair_and_scan(file: &mut File) -> std::io::Result<OpenReport> {
@@ -446,10 +594,18 @@ pub struct ReadLog(pub Query);
 
 /// The log's last `n` events, oldest first: all of them, or one session's.
 #[derive(Debug, Message)]
-#[rtype(result = "Vec<Value>")]
+#[rtype(result = "TailResult")]
 pub struct Tail {
     pub n: usize,
     pub session: Option<String>,
+}
+
+#[derive(Debug, Default, MessageResponse)]
+pub struct TailResult {
+    pub events: Vec<Value>,
+    /// Why the log cannot be written now (what waits in memory, what was lost); `None` when
+    /// it can.
+    pub trouble: Option<Value>,
 }
 
 impl Actor for LogWriter {
@@ -501,18 +657,20 @@ impl Handler<Flush> for LogWriter {
 }
 
 impl Handler<Tail> for LogWriter {
-    type Result = ResponseFuture<Vec<Value>>;
+    type Result = ResponseFuture<TailResult>;
     fn handle(&mut self, msg: Tail, _: &mut Context<Self>) -> Self::Result {
         // Read back from the file when asked (once per step) rather than kept per event (on
-        // every call's path).
-        let res = self.write_out();
-        self.note_failure(res);
+        // every call's path). A write that fails is the trouble reported below.
+        let _ = self.write_out();
+        let trouble = self.trouble();
         let path = self.path.clone();
         Box::pin(async move {
             let q = Query { limit: msg.n, newest: true, session: msg.session, ..Query::default() };
-            tokio::task::spawn_blocking(move || query_file(&path, &q).map(|r| r.events).unwrap_or_default())
-                .await
-                .unwrap_or_default()
+            let events =
+                tokio::task::spawn_blocking(move || query_file(&path, &q).map(|r| r.events).unwrap_or_default())
+                    .await
+                    .unwrap_or_default();
+            TailResult { events, trouble }
         })
     }
 }
@@ -622,6 +780,66 @@ mod tests {
         w.commit_in_background().expect("commit");
         within(second);
         w.sync.0.slow_sync.store(0, std::sync::atomic::Ordering::Relaxed);
+        drop(w);
+        let _ = std::fs::remove_dir_all(path.parent().expect("dir"));
+    }
+
+    /// The log's file swapped for `/dev/full` (every write fails with ENOSPC, as on a full
+    /// disk) and back.
+    fn disk_full(w: &LogWriter, full: bool) {
+        let file = if full {
+            File::options().write(true).open("/dev/full").expect("/dev/full")
+        } else {
+            w.file.try_clone().expect("the log")
+        };
+        *w.sync.0.out.lock().expect("out") = file;
+    }
+
+    #[test]
+    fn lines_held_past_the_limit_are_dropped_and_counted_and_the_rest_written_in_order_once_the_disk_takes_them() {
+        let path = temp_log("full");
+        let (mut w, _) = LogWriter::open(&path, "run").expect("open");
+        for n in 0..3 {
+            w.append(Event::new("action", json!({ "n": n })));
+        }
+        w.commit().expect("commit");
+        assert!(w.trouble().is_none());
+        disk_full(&w, true);
+        w.sync.0.state.lock().expect("state").hold_limit = 2_000;
+        // Commits the write thread fails on, each put back before the next is handed over.
+        for round in 0..12 {
+            for _ in 0..4 {
+                w.append(Event::new("action", json!({ "round": round, "pad": "z".repeat(40) })));
+            }
+            w.commit_in_background().expect("handed over");
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            while !w.sync.0.state.lock().expect("state").pending.is_empty() && w.trouble().is_none() {
+                assert!(std::time::Instant::now() < deadline, "the write thread never tried");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        assert!(w.commit().is_err(), "a flush says the log could not be written");
+        let trouble = w.trouble().expect("trouble");
+        assert!(trouble["error"].as_str().is_some_and(|e| e.contains("No space")), "{trouble}");
+        let lost = trouble["lostEvents"].as_u64().expect("lost");
+        let held = trouble["heldEvents"].as_u64().expect("held");
+        assert!(lost > 0 && held > 0, "{trouble}");
+        assert_eq!(lost + held, 48, "every event is held or counted: {trouble}");
+        assert_eq!(seqs_in(&path), vec![1, 2, 3], "nothing of the failed writes in the file");
+
+        disk_full(&w, false);
+        w.commit().expect("the disk takes lines again");
+        assert!(w.trouble().is_none());
+        let seqs = seqs_in(&path);
+        // The held lines follow the first three in order; the dropped ones (the newest) are
+        // a gap before the event that says how many they were.
+        let kept: Vec<u64> = (1..=3 + held).collect();
+        assert_eq!(&seqs[..kept.len()], &kept[..]);
+        assert_eq!(seqs[kept.len()..], [3 + held + lost + 1], "{seqs:?}");
+        let text = std::fs::read_to_string(&path).expect("read");
+        let last: Value = serde_json::from_str(text.lines().last().expect("a line")).expect("json");
+        assert_eq!(last["kind"], "log");
+        assert_eq!(last["recovered"]["lostEvents"], lost);
         drop(w);
         let _ = std::fs::remove_dir_all(path.parent().expect("dir"));
     }

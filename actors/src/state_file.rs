@@ -471,7 +471,7 @@ mod tests {
     fn another_users_file_is_refused() {
         // SAFETY: getuid cannot fail.
         if unsafe { libc::getuid() } != 0 {
-            eprintln!("skipped: giving a file to another user needs root");
+            crate::stderr_line!("skipped: giving a file to another user needs root");
             return;
         }
         let (_dir, ws, _outside) = setup();

@@ -696,6 +696,26 @@ pub fn huge_pages(allowed: bool) {
     let _ = allowed;
 }
 
+/// A write past the file size limit (`ulimit -f`, RLIMIT_FSIZE) fails with EFBIG instead of
+/// killing the worker with SIGXFSZ: the run log then says it cannot write, and a worker killed
+/// at each start would be restarted into the same death. A handler rather than SIG_IGN, since
+/// a handler is reset at exec: the shells and servers gm starts keep the default.
+pub fn survive_file_size_limit() {
+    #[cfg(unix)]
+    {
+        extern "C" fn ignore(_: libc::c_int) {}
+        // SAFETY: sigaction with a zeroed struct, an empty handler that touches nothing, and an
+        // empty mask; SA_RESTART so no other call sees EINTR.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = ignore as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            action.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(libc::SIGXFSZ, &action, std::ptr::null_mut());
+        }
+    }
+}
+
 /// SIGKILL to a whole process group.
 pub fn kill_group(pgid: i32) {
     signal_group(pgid, libc::SIGKILL);

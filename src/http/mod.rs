@@ -20,15 +20,6 @@ mod page;
 mod session;
 mod sse;
 
-/// A line on stderr that never fails the front: a closed stderr (the terminal or pipe that
-/// started it went away) must not take the listener down, as `eprintln!` would by panicking.
-macro_rules! say {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), $($arg)*);
-    }};
-}
-
 use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
@@ -269,7 +260,7 @@ pub fn run(opts: HttpOptions) -> i32 {
     match start(opts) {
         Ok(code) => code,
         Err(e) => {
-            say!("gm: {e}");
+            gm_actors::stderr_line!("gm: {e}");
             1
         }
     }
@@ -305,7 +296,7 @@ fn start(opts: HttpOptions) -> Result<i32, HttpError> {
     let token = if opts.no_token { None } else { Some(auth::load_or_create(&workspace, &token_path)?) };
     if let Some(why) = token.as_ref().and_then(|t| t.replaced.as_ref()) {
         // The front has no run log of its own (the worker writes it): stderr is where it speaks.
-        say!("gm: {} was not used: {why}; a new token was made", token_path.display());
+        gm_actors::stderr_line!("gm: {} was not used: {why}; a new token was made", token_path.display());
     }
     let token = token.map(|t| t.value);
     let _ = crate::gitignore::ignore_own_folder(&files.state_dir);
@@ -369,10 +360,10 @@ async fn serve(
     let info = files.state_dir.join("http.json");
     let described = json!({ "url": format!("{url}/mcp"), "pid": std::process::id(), "port": bound.port(), "page": format!("{url}/") });
     gm_actors::fs::replace(&info, format!("{described}\n").as_bytes())?;
-    say!("gm: listening on {url}/mcp");
+    gm_actors::stderr_line!("gm: listening on {url}/mcp");
     match front.codes.mint() {
-        Ok(code) => say!("gm: status page (this link works once): {url}/login?t={code}"),
-        Err(e) => say!("gm: no login link for the status page: {e}"),
+        Ok(code) => gm_actors::stderr_line!("gm: status page (this link works once): {url}/login?t={code}"),
+        Err(e) => gm_actors::stderr_line!("gm: no login link for the status page: {e}"),
     }
     tokio::spawn(page::tail_log(files.state_dir.join("log.jsonl"), timeline));
     let session_idle = env_ms("GM_HTTP_SESSION_IDLE_MS", SESSION_IDLE);
@@ -417,7 +408,7 @@ async fn accept(listener: tokio::net::TcpListener, app: Router) {
             Ok((stream, _)) => stream,
             Err(e) => {
                 // Out of file descriptors and the like: wait a moment rather than spin.
-                say!("gm: accepting a connection: {e}");
+                gm_actors::stderr_line!("gm: accepting a connection: {e}");
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                 continue;
             }
@@ -440,7 +431,7 @@ async fn accept(listener: tokio::net::TcpListener, app: Router) {
 async fn stop_signal() -> Option<i32> {
     use tokio::signal::unix::{signal, SignalKind};
     let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
-        say!("gm: cannot watch for signals");
+        gm_actors::stderr_line!("gm: cannot watch for signals");
         return std::future::pending().await;
     };
     tokio::select! {

@@ -219,7 +219,7 @@ impl Relay {
                 Ok(true) => return Ended::Exit(0),
                 Ok(false) => {}
                 Err(e) => {
-                    eprintln!("gm: {e}");
+                    gm_actors::stderr_line!("gm: {e}");
                     return Ended::Exit(1);
                 }
             }
@@ -233,7 +233,7 @@ impl Relay {
                 Ok(true) => return Ended::Exit(0),
                 Ok(false) => {}
                 Err(e) => {
-                    eprintln!("gm: {e}");
+                    gm_actors::stderr_line!("gm: {e}");
                     return Ended::Exit(1);
                 }
             }
@@ -264,7 +264,7 @@ impl Relay {
         let (unread, state) = match direct.take_unread() {
             Ok(taken) => taken,
             Err(e) => {
-                eprintln!("gm: {e}");
+                gm_actors::stderr_line!("gm: {e}");
                 return Ended::Exit(1);
             }
         };
@@ -281,7 +281,7 @@ impl Relay {
         let host = match self.clone().start_host_reader() {
             Ok(host) => host,
             Err(e) => {
-                eprintln!("gm: cannot start the relay's reader: {e}");
+                gm_actors::stderr_line!("gm: cannot start the relay's reader: {e}");
                 return Ended::Exit(1);
             }
         };

@@ -92,24 +92,24 @@ pub fn run(opts: RelayOptions) -> i32 {
     let workspace = match std::fs::canonicalize(&opts.workspace) {
         Ok(w) if w.is_dir() => w,
         Ok(w) => {
-            eprintln!("gm: workspace {}: not a directory", w.display());
+            gm_actors::stderr_line!("gm: workspace {}: not a directory", w.display());
             return 1;
         }
         Err(e) => {
-            eprintln!("gm: workspace {}: {e}", opts.workspace.display());
+            gm_actors::stderr_line!("gm: workspace {}: {e}", opts.workspace.display());
             return 1;
         }
     };
     // A config the user named must be there, whether this relay starts the worker or joins one.
     if let Some(named) = &opts.mcp_config {
         if let Err(e) = crate::mcp_config::load(&workspace, Some(named)) {
-            eprintln!("gm: {e}");
+            gm_actors::stderr_line!("gm: {e}");
             return 1;
         }
     }
     // Before anything is written under `.gm/`: what a repository committed there is checked.
     if let Err(e) = Files::of(&workspace).check() {
-        eprintln!("gm: {e}");
+        gm_actors::stderr_line!("gm: {e}");
         return 1;
     }
     let relay = Arc::new(Relay::new(opts, workspace));
@@ -122,7 +122,7 @@ pub fn run(opts: RelayOptions) -> i32 {
     let host = match relay.clone().start_host_reader() {
         Ok(handle) => handle,
         Err(e) => {
-            eprintln!("gm: cannot start the relay's reader: {e}");
+            gm_actors::stderr_line!("gm: cannot start the relay's reader: {e}");
             return 1;
         }
     };
@@ -153,7 +153,7 @@ pub fn run(opts: RelayOptions) -> i32 {
 fn run_direct(relay: Arc<Relay>) -> i32 {
     let Some(direct) = relay.direct.as_ref() else { return 1 };
     if let Err(e) = direct.read_early(relay.clone()) {
-        eprintln!("gm: cannot start the relay's reader: {e}");
+        gm_actors::stderr_line!("gm: cannot start the relay's reader: {e}");
         return 1;
     }
     let Some(conn) = relay.connect_reporting() else { return 1 };
@@ -323,12 +323,14 @@ impl Relay {
         let conn = match self.connect_first() {
             Ok(conn) => conn,
             Err(e) => {
-                eprintln!("gm: {e}");
+                gm_actors::stderr_line!("gm: {e}");
                 return None;
             }
         };
         for d in &conn.differs {
-            eprintln!("gm: the workspace's worker was already running; it keeps its own setting instead of {d}");
+            gm_actors::stderr_line!(
+                "gm: the workspace's worker was already running; it keeps its own setting instead of {d}"
+            );
         }
         Some(conn)
     }
@@ -375,7 +377,7 @@ impl Relay {
                     std::thread::sleep(Duration::from_millis(100));
                 }
                 Err(ConnectError::Startup { message }) if rollback::is_update(&self.finder.exe) => {
-                    eprintln!("gm: {message}");
+                    gm_actors::stderr_line!("gm: {message}");
                 }
                 other => return other,
             }
@@ -406,7 +408,10 @@ impl Relay {
                     (failed.len() >= rollback::FAILED_STARTS).then(|| std::mem::take(&mut *failed))
                 };
                 if let Some(note) = causes.and_then(|causes| rollback::roll_back(&self.finder.exe, &causes)) {
-                    eprintln!("gm: the build the update staged did not start twice; {} runs again", note["to"]);
+                    gm_actors::stderr_line!(
+                        "gm: the build the update staged did not start twice; {} runs again",
+                        note["to"]
+                    );
                     lock(&self.notes).push(note);
                 }
                 Err(ConnectError::Startup { message })
@@ -659,7 +664,7 @@ impl Relay {
                         self.finder.files.state_dir.join("log.jsonl").display()
                     )
                 };
-                eprintln!("gm: {why}");
+                gm_actors::stderr_line!("gm: {why}");
                 self.answer_inflight("worker_failed", &why);
                 pipe.dead = Some(why);
                 return Err(Ended::GaveUp);
@@ -672,14 +677,14 @@ impl Relay {
                     Err(why) => {
                         // That worker died too: its death counts before the next look.
                         let cause = self.cause_of(conn.worker.pid);
-                        eprintln!("gm: {why} ({cause})");
+                        gm_actors::stderr_line!("gm: {why} ({cause})");
                         attempts += 1;
                     }
                 },
                 // Recorded as a death by the finder: the deaths decide what follows.
-                Err(ConnectError::Startup { message }) => eprintln!("gm: {message}"),
+                Err(ConnectError::Startup { message }) => gm_actors::stderr_line!("gm: {message}"),
                 Err(e) => {
-                    eprintln!("gm: {e}");
+                    gm_actors::stderr_line!("gm: {e}");
                     attempts += 1;
                     std::thread::sleep(Duration::from_millis(200));
                 }
@@ -936,7 +941,7 @@ fn watch_stop_signals(relay: Arc<Relay>) {
         });
     });
     if let Err(e) = spawned {
-        eprintln!("gm: cannot watch for signals in the relay: {e}");
+        gm_actors::stderr_line!("gm: cannot watch for signals in the relay: {e}");
     }
 }
 

@@ -40,7 +40,7 @@ pub fn roll_back(exe: &Path, causes: &[String]) -> Option<Value> {
             "markBadFailed": marked,
         })),
         Err(e) => {
-            eprintln!("gm: the build {version} does not start and cannot be rolled back: {e}");
+            gm_actors::stderr_line!("gm: the build {version} does not start and cannot be rolled back: {e}");
             None
         }
     }

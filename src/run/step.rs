@@ -1,7 +1,7 @@
 //! A step and the end of a run: next_context and finish.
 
 use gm_actors::jobs::{JobState, ListJobs, StopBodies};
-use gm_actors::log_writer::{Event, Flush, Scope, Tail};
+use gm_actors::log_writer::{Event, Flush, Scope, Tail, TailResult};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -47,7 +47,7 @@ pub async fn next_context(
     };
     let recent = match &app.ctx.log {
         Some(log) => log.send(Tail { n: RECENT_EVENTS, session: Some(session) }).await.unwrap_or_default(),
-        None => Vec::new(),
+        None => TailResult::default(),
     };
     let rows: Vec<_> = load_all(&app.ctx.workspace).into_iter().filter(|r| r.state == RowState::Open).collect();
     let jobs = app.ctx.jobs.send(ListJobs).await.unwrap_or_default();
@@ -67,11 +67,16 @@ pub async fn next_context(
         "openRows": rows.iter().filter(|r| r.kind == Kind::Prd).collect::<Vec<_>>(),
         "openUnknowns": rows.iter().filter(|r| r.kind == Kind::Unknown).collect::<Vec<_>>(),
         "background": background,
-        "recentEvents": recent,
+        "recentEvents": recent.events,
         "finished": state.finished,
     });
     if let Some(e) = rules_error {
         v["rulesError"] = json!(e);
+    }
+    // An agent working unattended learns that its record is not being kept (a full disk)
+    // while it can still do something about it.
+    if let Some(trouble) = recent.trouble {
+        v["logError"] = trouble;
     }
     // The agent sees its box at the start of its run (and of a run it continues).
     if state.step <= 1 || resumed.is_some() {
@@ -106,16 +111,23 @@ pub async fn finish(app: &App, args: FinishArgs, state: RunState, scope: Scope) 
         Vec::new()
     };
     let mut last_seq = None;
+    let mut log_error = None;
     if let Some(log) = &app.ctx.log {
         let end = Event::new(
             "end",
             json!({ "summary": args.summary, "gaps": gaps, "steps": state.step, "task": state.task, "stoppedBackground": stopped }),
         );
         log.do_send(end.in_scope(Some(&scope)));
-        // The end of a run is synced to disk before finish replies.
-        last_seq = log.send(Flush).await.ok().and_then(Result::ok);
+        // The end of a run is synced to disk before finish replies, or finish says why not.
+        match log.send(Flush).await {
+            Ok(Ok(seq)) => last_seq = Some(seq),
+            Ok(Err(e)) => log_error = Some(e),
+            Err(e) => log_error = Some(e.to_string()),
+        }
     }
-    Ok(
-        json!({ "runId": state.run_id, "steps": state.step, "gaps": gaps, "lastSeq": last_seq, "stoppedBackground": stopped }),
-    )
+    let mut v = json!({ "runId": state.run_id, "steps": state.step, "gaps": gaps, "lastSeq": last_seq, "stoppedBackground": stopped });
+    if let Some(e) = log_error {
+        v["logError"] = json!(e);
+    }
+    Ok(v)
 }

@@ -361,7 +361,7 @@ impl Handler<Flush> for SearchIndex {
         let Some(index) = self.index.as_mut().filter(|_| !pending.is_empty()) else { return };
         if let Err(e) = index.update_dirty(&pending) {
             // They are read from disk at the next search instead; the watcher saw them.
-            eprintln!("gm: reindexing changed files failed: {e}");
+            gm_actors::stderr_line!("gm: reindexing changed files failed: {e}");
             self.pending = pending;
         }
     }
@@ -503,7 +503,7 @@ impl Handler<Built> for SearchIndex {
             // The next search opens the index again and starts over.
             Err(e) => {
                 self.log(json!({ "state": "failed", "why": e }));
-                eprintln!("gm: building the search index failed: {e}");
+                gm_actors::stderr_line!("gm: building the search index failed: {e}");
             }
         }
     }
@@ -514,7 +514,7 @@ impl Handler<Touched> for SearchIndex {
     fn handle(&mut self, msg: Touched, _: &mut SyncContext<Self>) {
         if let Some(index) = self.index.as_mut() {
             if let Err(e) = index.update(&msg.0) {
-                eprintln!("gm: search index update failed: {e}");
+                gm_actors::stderr_line!("gm: search index update failed: {e}");
             }
         }
     }

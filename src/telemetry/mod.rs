@@ -353,7 +353,7 @@ pub fn shutdown() {
     flush(t);
     let (ended, exported, failed, dropped) = t.span_counts();
     if failed + dropped > 0 {
-        eprintln!(
+        gm_actors::stderr_line!(
             "gm: OpenTelemetry: {exported} of {ended} spans sent; {failed} failed (refused or unanswered by the collector), {dropped} dropped (queue full or unsent at exit)"
         );
     }

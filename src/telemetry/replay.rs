@@ -165,7 +165,7 @@ impl Progress {
 
     fn done(&self) {
         if self.on {
-            eprintln!();
+            gm_actors::stderr_line!();
         }
     }
 }

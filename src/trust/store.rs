@@ -301,7 +301,7 @@ mod tests {
     fn as_root(test: &str) -> bool {
         let root = gm_actors::sys::current_uid() == 0;
         if !root {
-            eprintln!("{test}: skipped, not root: only root can give a file to another user");
+            gm_actors::stderr_line!("{test}: skipped, not root: only root can give a file to another user");
         }
         root
     }

@@ -103,7 +103,7 @@ impl DirectLines {
             // Recorded first: a worker killed before it takes them leaves them on stdin, and
             // the relay sees they are still there.
             if let Err(e) = self.journal.borrow_mut().input(&self.buf[..n]) {
-                eprintln!("gm: {e}");
+                gm_actors::stderr_line!("gm: {e}");
             }
             if self.input.take(n).is_err() {
                 self.host_left.set(true);
@@ -186,7 +186,7 @@ impl DirectWriter {
             self.chunk.clear();
             let keys = std::mem::take(&mut self.chunk_keys);
             if let Err(e) = self.journal.borrow_mut().answered(keys.iter().map(String::as_str)) {
-                eprintln!("gm: {e}");
+                gm_actors::stderr_line!("gm: {e}");
             }
         }
     }
@@ -282,7 +282,7 @@ impl Actor for DirectWriter {
         // record: to the relay that is a worker gone, and it finds the next one.
         if self.host_left.get() {
             if let Err(e) = self.journal.borrow_mut().ended() {
-                eprintln!("gm: {e}");
+                gm_actors::stderr_line!("gm: {e}");
             }
         }
         let _ = local::end_writes(&self.socket_end);
@@ -314,7 +314,7 @@ impl Handler<Written> for DirectWriter {
     fn handle(&mut self, _: Written, ctx: &mut Context<Self>) {
         if let Some(keys) = self.with_relay.take() {
             if let Err(e) = self.journal.borrow_mut().answered(keys.split('\n').filter(|k| !k.is_empty())) {
-                eprintln!("gm: {e}");
+                gm_actors::stderr_line!("gm: {e}");
             }
         }
         self.write_all(ctx);

@@ -704,7 +704,7 @@ impl Actor for Worker {
                 self.arm_idle(ctx);
             }
             Err(e) => {
-                eprintln!("gm: the worker cannot listen: {e}");
+                gm_actors::stderr_line!("gm: the worker cannot listen: {e}");
                 self.stop(Stop::Idle, ctx);
             }
         }
@@ -716,7 +716,7 @@ impl StreamHandler<std::io::Result<local::AsyncStream>> for Worker {
         match item {
             Ok(stream) => self.accepted(stream, ctx),
             // Out of descriptors, a connection reset before accept: the next one may do.
-            Err(e) => eprintln!("gm: accepting a connection failed: {e}"),
+            Err(e) => gm_actors::stderr_line!("gm: accepting a connection failed: {e}"),
         }
     }
 

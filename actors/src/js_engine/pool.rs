@@ -31,7 +31,7 @@ impl JsEngine {
             for _ in 0..need {
                 match Warm::new().await {
                     Ok(w) => warmed.push(w),
-                    Err(e) => eprintln!("gm: cannot prepare a JS context: {e}"),
+                    Err(e) => crate::stderr_line!("gm: cannot prepare a JS context: {e}"),
                 }
             }
             warmed

@@ -219,12 +219,12 @@ pub fn keep(policy: &Policy) -> i32 {
     let spaces = match Namespaces::of(policy) {
         Ok((spaces, _)) => spaces,
         Err(e) => {
-            eprintln!("gm {}: {e}", super::HELPER);
+            crate::stderr_line!("gm {}: {e}", super::HELPER);
             return 126;
         }
     };
     if let Err(e) = spaces.make() {
-        eprintln!("gm {}: cannot make the namespaces: {e}", super::HELPER);
+        crate::stderr_line!("gm {}: cannot make the namespaces: {e}", super::HELPER);
         return 126;
     }
     let mut out = std::io::stdout();

@@ -261,7 +261,7 @@ pub fn run_helper(args: &[OsString]) -> i32 {
         return match args.get(1).map(|p| serde_json::from_str::<Policy>(&p.to_string_lossy())) {
             Some(Ok(policy)) => linux::keep(&policy),
             _ => {
-                eprintln!("gm {HELPER}: usage: gm {HELPER} --keep POLICY");
+                crate::stderr_line!("gm {HELPER}: usage: gm {HELPER} --keep POLICY");
                 2
             }
         };
@@ -269,21 +269,21 @@ pub fn run_helper(args: &[OsString]) -> i32 {
     let (policy, rest) = match args.split_first() {
         Some((policy, rest)) => (policy, rest),
         None => {
-            eprintln!("gm {HELPER}: usage: gm {HELPER} POLICY -- PROGRAM [ARGS...]");
+            crate::stderr_line!("gm {HELPER}: usage: gm {HELPER} POLICY -- PROGRAM [ARGS...]");
             return 2;
         }
     };
     let argv = match rest.split_first() {
         Some((dashes, argv)) if dashes == "--" && !argv.is_empty() => argv,
         _ => {
-            eprintln!("gm {HELPER}: usage: gm {HELPER} POLICY -- PROGRAM [ARGS...]");
+            crate::stderr_line!("gm {HELPER}: usage: gm {HELPER} POLICY -- PROGRAM [ARGS...]");
             return 2;
         }
     };
     let policy: Policy = match serde_json::from_str(&policy.to_string_lossy()) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("gm {HELPER}: the policy: {e}");
+            crate::stderr_line!("gm {HELPER}: the policy: {e}");
             return 2;
         }
     };
@@ -297,7 +297,7 @@ pub fn run_helper(args: &[OsString]) -> i32 {
                 let mut builder = std::fs::DirBuilder::new();
                 std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
                 if let Err(e) = builder.create(&dir) {
-                    eprintln!("gm {HELPER}: cannot make {}: {e}", dir.display());
+                    crate::stderr_line!("gm {HELPER}: cannot make {}: {e}", dir.display());
                     return 126;
                 }
                 std::env::set_var("TMPDIR", &dir);
@@ -308,22 +308,22 @@ pub fn run_helper(args: &[OsString]) -> i32 {
         let prepared = match linux::Prepared::new(&policy, tmp.as_deref()) {
             Ok(p) => p,
             Err(e) => {
-                eprintln!("gm {HELPER}: {e}");
+                crate::stderr_line!("gm {HELPER}: {e}");
                 return 126;
             }
         };
         if let Err(e) = prepared.apply() {
-            eprintln!("gm {HELPER}: cannot confine: {e}");
+            crate::stderr_line!("gm {HELPER}: cannot confine: {e}");
             return 126;
         }
         let e = std::os::unix::process::CommandExt::exec(std::process::Command::new(&argv[0]).args(&argv[1..]));
-        eprintln!("gm {HELPER}: cannot run {}: {e}", argv[0].to_string_lossy());
+        crate::stderr_line!("gm {HELPER}: cannot run {}: {e}", argv[0].to_string_lossy());
         127
     }
     #[cfg(not(target_os = "linux"))]
     {
         let _ = (policy, argv);
-        eprintln!("gm {HELPER}: this system cannot confine processes");
+        crate::stderr_line!("gm {HELPER}: this system cannot confine processes");
         126
     }
 }

@@ -20,7 +20,7 @@ impl Lang {
             .get_or_init(|| match compile(self) {
                 Ok(c) => Some(c),
                 Err(e) => {
-                    eprintln!("gm: the {} queries do not compile: {e}", self.name);
+                    gm_actors::stderr_line!("gm: the {} queries do not compile: {e}", self.name);
                     None
                 }
             })
