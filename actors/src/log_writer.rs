@@ -255,17 +255,25 @@ impl Trouble {
     }
 }
 
+/// Said once when a trouble starts, outside the state's lock: stderr may be a pipe nobody
+/// reads, and a write blocked there must not hold up the actor's next commit.
+fn say_trouble(e: &std::io::Error) {
+    crate::stderr_line!("gm: cannot write the run log (its lines wait in memory for the next try): {e}");
+}
+
 impl SyncState {
-    fn failed(&mut self, e: &std::io::Error) {
+    /// Notes a failure; true when it starts a trouble.
+    fn failed(&mut self, e: &std::io::Error) -> bool {
         match &mut self.trouble {
             Some(t) => {
                 t.error = e.to_string();
                 t.failures += 1;
+                false
             }
             None => {
-                crate::stderr_line!("gm: cannot write the run log (its lines wait in memory for the next try): {e}");
                 self.trouble =
                     Some(Trouble { error: e.to_string(), since: now_rfc3339(), failures: 1, lost_events: 0 });
+                true
             }
         }
     }
@@ -326,8 +334,12 @@ impl Syncer {
             Ok(()) if lines.is_empty() => {}
             Ok(()) => state.written(),
             Err(e) => {
-                state.failed(e);
+                let first = state.failed(e);
                 state.put_back(lines);
+                drop(state);
+                if first {
+                    say_trouble(e);
+                }
             }
         }
         res
@@ -349,8 +361,9 @@ impl Drop for Syncer {
 
 impl SyncSignal {
     fn failed(&self, e: std::io::Error) {
-        if let Ok(mut state) = self.state.lock() {
-            state.failed(&e);
+        let first = self.state.lock().is_ok_and(|mut state| state.failed(&e));
+        if first {
+            say_trouble(&e);
         }
     }
 
@@ -451,8 +464,13 @@ fn write_pending(signal: &SyncSignal) -> bool {
             true
         }
         Err(e) => {
-            state.failed(&e);
+            let first = state.failed(&e);
             state.put_back(lines);
+            drop(state);
+            drop(out);
+            if first {
+                say_trouble(&e);
+            }
             false
         }
     }
