@@ -863,6 +863,38 @@ mod tests {
     }
 
     #[test]
+    fn a_disk_that_fills_and_frees_again_and_again_loses_no_line_and_tears_none() {
+        // The write thread's failed commits are put back while the actor hands over the next
+        // and readers write out: every interleaving, by repetition.
+        let path = temp_log("flapping");
+        let (mut w, _) = LogWriter::open(&path, "run").expect("open");
+        let mut last = 0;
+        for round in 0..300usize {
+            disk_full(&w, round % 3 != 2);
+            for _ in 0..round % 5 + 1 {
+                last = w.append(Event::new("action", json!({ "pad": "q".repeat(round % 200) })));
+            }
+            w.commit_in_background().expect("handed over");
+            if round % 4 == 0 {
+                last = w.append(Event::new("action", json!({ "reader": round })));
+                let _ = w.write_out();
+            }
+            if round % 7 == 0 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        disk_full(&w, false);
+        w.commit().expect("commit");
+        // Each recovery adds its own event after the lines that waited.
+        assert!(w.last_seq() >= last);
+        assert_eq!(seqs_in(&path), (1..=w.last_seq()).collect::<Vec<_>>(), "every line once, whole, in order");
+        let text = std::fs::read_to_string(&path).expect("read");
+        assert!(text.lines().any(|l| l.contains(r#""kind":"log""#)), "the disk was full at times, and freed");
+        drop(w);
+        let _ = std::fs::remove_dir_all(path.parent().expect("dir"));
+    }
+
+    #[test]
     fn seq_continues_across_reopen() {
         let path = temp_log("reopen");
         {
