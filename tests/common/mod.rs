@@ -289,12 +289,13 @@ pub fn shut_down(mut gm: Gm) {
     stop_worker(&gm.workspace);
 }
 
+/// The log's complete lines, each of which must parse. A line without its newline yet is a
+/// write in progress that a reader polling a live worker's log may see in part: it is left
+/// for the next read, as every reader of a live log must.
 pub fn read_log(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad log line ({e}): {l}")))
-        .collect()
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let complete = text.rfind('\n').map_or("", |end| &text[..=end]);
+    complete.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad log line ({e}): {l}"))).collect()
 }
 
 /// A text block of a tool result.
