@@ -45,6 +45,10 @@ fn a_log_that_cannot_grow_is_reported_and_every_event_is_written_once_it_can() {
     assert_eq!(trouble["lostEvents"], 0);
     assert_eq!(log_len(&log), before, "the part written of a failed write is cut back");
     read_log(&log);
+    // A body reads what the file holds, and hears why the rest is not there yet.
+    let read = gm.js("return await gm.query_log({ kind: 'start' });");
+    assert_eq!(read["events"].as_array().map(Vec::len), Some(1), "{read}");
+    assert!(read["logError"]["heldEvents"].as_u64() >= Some(10), "{read}");
 
     // finish cannot sync its end: it says so, and the end is written with the rest later.
     let finished = gm.call_ok("finish", json!({ "summary": "done while full" }));
@@ -81,4 +85,29 @@ fn a_message_stderr_refuses_is_dropped_without_a_panic() {
     let heard = run(std::process::Stdio::null());
     assert_ne!(heard.code(), Some(0), "the command fails with a message");
     assert_eq!(refused.code(), heard.code(), "not a panic's 101");
+}
+
+/// The worker catches SIGXFSZ (so a file size limit fails its writes instead of killing it),
+/// with a handler rather than SIG_IGN: the shells it starts keep the default, as an ignored
+/// signal would stay ignored across exec.
+#[test]
+fn the_shells_a_worker_starts_keep_the_default_for_a_file_size_limit() {
+    let mut gm = Gm::start(&[]);
+    gm.ready();
+    let out = gm.js("return (await gm.run_shell({ command: 'grep -E \"^Sig(Ign|Cgt)\" /proc/self/status' })).stdout;");
+    let masks: Vec<u64> = out
+        .as_str()
+        .expect("stdout")
+        .lines()
+        .map(|l| u64::from_str_radix(l.split_whitespace().nth(1).expect("mask"), 16).expect("hex"))
+        .collect();
+    let xfsz = 1u64 << (libc::SIGXFSZ - 1);
+    assert_eq!(masks.len(), 2, "{out}");
+    assert!(masks.iter().all(|m| m & xfsz == 0), "SIGXFSZ ignored or caught in a shell: {out}");
+    let worker = gm.events_of("start")[0]["pid"].as_u64().expect("pid");
+    let status = std::fs::read_to_string(format!("/proc/{worker}/status")).expect("the worker's status");
+    let caught = status.lines().find_map(|l| l.strip_prefix("SigCgt:")).expect("SigCgt");
+    let caught = u64::from_str_radix(caught.trim(), 16).expect("hex");
+    assert_ne!(caught & xfsz, 0, "the worker catches SIGXFSZ");
+    common::shut_down(gm);
 }

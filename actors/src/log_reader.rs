@@ -42,6 +42,9 @@ pub struct QueryResult {
     pub more: Option<usize>,
     /// The last seq in the log.
     pub last_seq: u64,
+    /// Why the log cannot be written now, from a live worker: the events waiting in memory are
+    /// not in `events` yet. `None` when it can (and for a read of the file alone).
+    pub trouble: Option<Value>,
 }
 
 /// What a line's header says: its seq, kind and session.

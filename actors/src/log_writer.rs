@@ -696,13 +696,17 @@ impl Handler<Tail> for LogWriter {
 impl Handler<ReadLog> for LogWriter {
     type Result = ResponseFuture<Result<QueryResult, String>>;
     fn handle(&mut self, msg: ReadLog, _: &mut Context<Self>) -> Self::Result {
-        let written = self.write_out().map_err(|e| e.to_string());
+        // A log that cannot be written (a full disk) is still read: what the file holds, with
+        // the trouble saying what waits in memory.
+        let _ = self.write_out();
+        let trouble = self.trouble();
         let path = self.path.clone();
         Box::pin(async move {
-            written?;
-            tokio::task::spawn_blocking(move || query_file(&path, &msg.0).map_err(|e| e.to_string()))
+            let mut result = tokio::task::spawn_blocking(move || query_file(&path, &msg.0).map_err(|e| e.to_string()))
                 .await
-                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())??;
+            result.trouble = trouble;
+            Ok(result)
         })
     }
 }

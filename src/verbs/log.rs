@@ -31,6 +31,9 @@ pub struct QueryLogReply {
     pub more: usize,
     pub last_seq: u64,
     pub path: String,
+    /// Why the log cannot be written now (a full disk): as in next_context.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_error: Option<Value>,
 }
 
 pub async fn query_log(ctx: Ctx, args: QueryLogArgs) -> Result<QueryLogReply, VerbError> {
@@ -51,6 +54,7 @@ pub async fn query_log(ctx: Ctx, args: QueryLogArgs) -> Result<QueryLogReply, Ve
         more: result.more.unwrap_or(0),
         last_seq: result.last_seq,
         path: ctx.log_path().to_string_lossy().into_owned(),
+        log_error: result.trouble,
     })
 }
 
