@@ -88,7 +88,7 @@ pub(super) fn run(layout: &Layout, sink: Arc<dyn Sink>, ready: impl FnOnce(&'sta
         (super::idle_after() / 4).clamp(std::time::Duration::from_millis(20), std::time::Duration::from_secs(10));
     loop {
         if !readable_within(&inotify, look)? {
-            if tree.sink.idle() {
+            if tree.sink.release_if_idle() {
                 // Dropping `inotify` closes it, and every watch with it.
                 return Ok(());
             }

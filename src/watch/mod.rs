@@ -195,9 +195,9 @@ pub(crate) trait Sink: Send + Sync {
     fn unwatched(&self, dir: Unwatched);
     /// A directory reported unwatched is watched now (it was made again).
     fn rewatched(&self, rel: &str);
-    /// Whether no reader has asked for [`idle_after`]: the backend may give its watches back
-    /// (it returns `Ok`).
-    fn idle(&self) -> bool;
+    /// Whether no reader has asked for [`idle_after`]; if so the backend gives its watches back
+    /// (it returns `Ok`), and readers from this moment wait for them to be back.
+    fn release_if_idle(&self) -> bool;
 }
 
 /// Where a backend finds things: the workspace, git's directory, the cookies.
@@ -528,9 +528,16 @@ impl Sink for Shared {
         self.lock().unwatched.remove(rel);
     }
 
-    fn idle(&self) -> bool {
-        let state = self.lock();
-        !state.subscribers.is_empty() && state.last_asked.is_some_and(|t| t.elapsed() >= idle_after())
+    fn release_if_idle(&self) -> bool {
+        let mut state = self.lock();
+        let idle = !state.subscribers.is_empty() && state.last_asked.is_some_and(|t| t.elapsed() >= idle_after());
+        // Not ready from here, under the lock readers ask under: a reader in the moment before
+        // `released` would otherwise send its cookie to an instance being closed, wait the
+        // cookie's two seconds for nothing, and answer `rescan`.
+        if idle {
+            state.ready = false;
+        }
+        idle
     }
 
     fn cookie(&self, name: &str) {
@@ -585,6 +592,26 @@ mod tests {
     }
 
     const BACKENDS: [Backend; 2] = [Backend::Native, Backend::Portable];
+
+    /// A backend about to give its watches back for idleness, and a reader in the moment
+    /// before it says so: the reader must see a watcher that is not ready (and wait for the
+    /// watches to be back), not send a cookie to an instance being closed and answer
+    /// `rescan` two seconds later.
+    #[test]
+    fn a_reader_that_comes_as_the_watches_are_given_back_waits_for_them_instead_of_a_lost_cookie() {
+        let watcher = Watcher::off("a shared state with no backend");
+        let sub = watcher.subscribe();
+        {
+            let mut state = watcher.shared.lock();
+            state.failed = None;
+            state.ready = true;
+            state.last_asked = Instant::now().checked_sub(idle_after() + Duration::from_secs(1));
+        }
+        assert!(watcher.shared.release_if_idle(), "no reader asked for longer than the idle time");
+        assert!(sub.changes_if_ready().is_none(), "the watches are going: the reader waits for them");
+        // Having asked, it is not idle: the backend that looks again keeps its watches.
+        assert!(!watcher.shared.release_if_idle());
+    }
 
     fn watcher(dir: &Path, backend: Backend) -> Watcher {
         Watcher::start_with(dir, &dir.join(".gm"), backend, |_| {})
